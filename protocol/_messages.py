@@ -1,0 +1,227 @@
+"""The four frames of the wire, as msgspec Structs with exactly the seed's JSON encoding.
+
+Field names, order and omissions mirror the seed's Go structs, so that a Go or Node.js
+peer produces and accepts the same bytes: a field the Go struct tags ``omitempty`` has a
+default here and is left out when it holds it (``omit_defaults``); every other field is
+required and always written. ``v`` is therefore a required field: it is written in every
+frame and a frame without it is refused.
+
+``args`` and ``value`` are *strings* on the wire, as the seed's Go structs have them: text
+whose encoding the tool surface decides (for us, JSON text) carried as a JSON string. They
+are not embedded JSON, so a peer in any language reads them as plain strings.
+
+The wire tells frames apart by channel and direction, never by a tag, so each direction has
+its own typed decoder (:data:`REQUEST_DECODER` and friends), built once and reused. Decoding
+goes through :func:`decode`, which checks ``v`` before anything else (invariant 1) and turns
+every failure into a :class:`~protocol.RemoteProtocolError`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Final, TypeVar
+
+import msgspec
+
+from ._constants import MAX_FRAME_BYTES, VERSION
+from ._errors import LocalFrameTooLarge, RemoteProtocolError, VersionMismatch
+from ._frames import PREFIX_BYTES
+from ._kinds import Kind
+
+__all__ = [
+    "Message",
+    "Request",
+    "Response",
+    "Result",
+    "Start",
+    "StartBinding",
+    "StartBudget",
+    "decode",
+    "frame_message",
+]
+
+# Counters and durations are never negative; ids are never empty (seed: "must be non-empty
+# and unique within one execution"). msgspec checks these while decoding, at no extra pass.
+_NonNegative = Annotated[int, msgspec.Meta(ge=0)]
+_Id = Annotated[str, msgspec.Meta(min_length=1)]
+
+
+class Message(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
+    """Base of the four frames: frozen, keyword-only, defaults left off the wire.
+
+    ``gc=False``: the frames hold only strings, numbers and other frames, never cycles, so
+    the cycle collector need not track them (one less cost per call on the hot path).
+    """
+
+    v: int
+
+
+class Request(Message, frozen=True, kw_only=True, omit_defaults=True, gc=False):
+    """A tool call, child -> parent, on the call channel.
+
+    Attributes:
+        v: protocol version (:data:`~protocol.VERSION`).
+        id: the call's id; responses are matched by it (invariant 6). Non-empty, unique
+            among the calls in flight.
+        tool: the tool's name, as bound in Start.
+        args: the arguments as raw text (JSON text for our tools), not parsed by the wire.
+        deadline_ms: the child's wish for this call's deadline, in milliseconds; 0 means
+            none. The parent enforces it and may only shorten it (it clamps to its own cap).
+    """
+
+    id: _Id
+    tool: str
+    args: str
+    deadline_ms: _NonNegative = 0
+
+
+class Response(Message, frozen=True, kw_only=True, omit_defaults=True, gc=False):
+    """The answer to one call, parent -> child, on the call channel.
+
+    Attributes:
+        id: the id of the Request it answers.
+        ok: whether the call succeeded.
+        value: on success, the result as text.
+        kind: on failure, why (a :class:`~protocol.Kind`; never a free string).
+        error: on failure, a reason for people; never used to decide anything.
+    """
+
+    id: _Id
+    ok: bool
+    value: str = ""
+    kind: Kind | None = None
+    error: str = ""
+
+
+class StartBinding(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
+    """One host tool the program may call: its name and call shape, never its code.
+
+    Attributes:
+        name: the tool's name.
+        signature: the call shape, e.g. ``"get_logs(host, count)"``; empty means the tool
+            takes one argument, sent as JSON text.
+    """
+
+    name: str
+    signature: str = ""
+
+
+class StartBudget(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
+    """What the parent asks of this run. 0 means "not asked for" in every field.
+
+    Attributes:
+        wall_clock: the run's wall-clock limit in nanoseconds (as Go encodes
+            ``time.Duration``).
+        max_calls: the most tool calls the run may make.
+        max_bytes: the most result bytes the run may receive.
+        max_memory: the most memory, in bytes, the run may use. A runner that cannot
+            enforce it must refuse rather than pretend.
+    """
+
+    wall_clock: _NonNegative = 0
+    max_calls: _NonNegative = 0
+    max_bytes: _NonNegative = 0
+    max_memory: _NonNegative = 0
+
+
+class Start(Message, frozen=True, kw_only=True, omit_defaults=True, gc=False):
+    """Start one run, parent -> child, on the start channel, exactly once.
+
+    Attributes:
+        program: the program; its language is the runner backend's business.
+        bindings: the host tools the program may call. ``None`` is how a Go peer writes an
+            empty list (a nil slice); it means no bindings.
+        budget: what the parent asks of the run.
+        result_id: echoed in the Result, so a Result cannot be taken for another run's.
+    """
+
+    program: str
+    bindings: tuple[StartBinding, ...] | None
+    budget: StartBudget
+    result_id: _Id
+
+
+class Result(Message, frozen=True, kw_only=True, omit_defaults=True, gc=False):
+    """How one run ended, child -> parent, on the start channel, exactly once.
+
+    Attributes:
+        result_id: the Start's ``result_id``.
+        ok: whether the program succeeded.
+        value: on success, the program's value as text (JSON text for our runner).
+        kind: on failure, why.
+        error: on failure, a reason for people (a traceback, say).
+        calls: the calls the child believes it made. For reconciliation only: the parent
+            counts for itself and never trusts this (invariant 3).
+        bytes: the result bytes the child believes it received; reconciliation only.
+    """
+
+    result_id: _Id
+    ok: bool
+    value: str = ""
+    kind: Kind | None = None
+    error: str = ""
+    calls: _NonNegative = 0
+    bytes: _NonNegative = 0
+
+
+M = TypeVar("M", bound=Message)
+
+_ENCODER: Final = msgspec.json.Encoder()
+_ANY_DECODER: Final = msgspec.json.Decoder()
+
+
+def decode(decoder: msgspec.json.Decoder[M], payload: bytes | bytearray | memoryview) -> M:
+    """Decode one frame's payload with a direction's typed decoder, checking ``v`` first.
+
+    Raises:
+        VersionMismatch: ``v`` is missing or is not :data:`~protocol.VERSION`, whatever else
+            is wrong with the frame.
+        RemoteProtocolError: the payload is not UTF-8 JSON of the expected shape (a kind
+            outside the closed set included).
+    """
+    try:
+        message = decoder.decode(payload)
+    except msgspec.DecodeError as exc:
+        # Slow path, taken only for bad frames: look at ``v`` before blaming anything else,
+        # so a frame from another version is reported as exactly that.
+        _check_version_of_bad_frame(payload)
+        raise RemoteProtocolError(f"malformed frame: {exc}") from None
+    if message.v != VERSION:
+        raise VersionMismatch(message.v, VERSION)
+    return message
+
+
+def _check_version_of_bad_frame(payload: bytes | bytearray | memoryview) -> None:
+    try:
+        obj = _ANY_DECODER.decode(payload)
+    except msgspec.DecodeError:
+        return  # not JSON at all: the caller reports that
+    if not isinstance(obj, dict):
+        return
+    v = obj.get("v", None)
+    if type(v) is not int or v != VERSION:
+        raise VersionMismatch(v, VERSION)
+
+
+def frame_message(message: Message, max_frame_bytes: int = MAX_FRAME_BYTES) -> bytearray:
+    """One message as a whole frame, prefix and payload in one buffer, ready to write.
+
+    The payload is encoded straight behind a reserved prefix (``encode_into``), so a large
+    message is never copied to be prefixed.
+
+    Raises:
+        LocalFrameTooLarge: the encoded message is over the cap; nothing is produced.
+    """
+    buf = bytearray(PREFIX_BYTES)
+    _ENCODER.encode_into(message, buf, PREFIX_BYTES)
+    size = len(buf) - PREFIX_BYTES
+    if size > max_frame_bytes:
+        raise LocalFrameTooLarge(size, max_frame_bytes)
+    buf[:PREFIX_BYTES] = size.to_bytes(PREFIX_BYTES, "big")
+    return buf
+
+
+#: One reusable decoder per channel and direction.
+REQUEST_DECODER: Final = msgspec.json.Decoder(Request)
+RESPONSE_DECODER: Final = msgspec.json.Decoder(Response)
+START_DECODER: Final = msgspec.json.Decoder(Start)
+RESULT_DECODER: Final = msgspec.json.Decoder(Result)

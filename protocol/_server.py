@@ -1,0 +1,286 @@
+"""The parent's call-channel role: answer the child's calls, as the budget authority.
+
+Theory of operation
+-------------------
+One reader loop takes bytes from the channel, feeds :class:`ServerCore`, and for each
+Request applies admission (cap, quotas) and calls the handler. The handler decides how it
+runs:
+
+* It returns a ``str``: the call is answered inline, in the reader loop, with no task
+  spawned and no checkpoint. Fast tools (a dictionary lookup, an echo) cost a few
+  microseconds this way; PERF-NOTES measured a task per call at 9-19x the raw pipe.
+* It returns an awaitable: the call gets its own task, so one slow call blocks no other
+  (seed: each request is handled concurrently), and its deadline is armed.
+
+Deadlines are kept by one watcher task over the core's heap, not by a cancel scope around
+each handler: at the deadline the parent answers ``transient`` at once, *then* cancels the
+handler, so a handler stuck where cancellation cannot reach it (a thread, a shielded
+section) cannot hold the answer back.
+
+Responses leave through a write backlog with a single writer task. The reader never waits
+for the child to read: a child that writes a large request while the parent has a large
+answer for it would otherwise deadlock, each blocked writing to the other. The backlog is
+bounded (:data:`MAX_BACKLOG_BYTES`): past it the reader stops reading until the child
+drains its answers, so a child that never reads cannot grow the host's memory.
+
+How ``serve`` ends:
+
+* the child closes its end (EOF): handlers still running are cancelled and ``serve``
+  returns. Their calls can no longer be answered.
+* the child sends garbage: the channel is closed, handlers cancelled, and the
+  :class:`~protocol.RemoteProtocolError` raised.
+* the caller cancels: the channel is closed (invariant 5: the child reads EOF and fails
+  every call in flight), handlers are cancelled, cancellation propagates.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Final, final
+
+import anyio
+import anyio.abc
+
+from ._calls import CallStats, ServerCore
+from ._channel import FdChannel
+from ._constants import DEFAULT_MAX_INFLIGHT, MAX_FRAME_BYTES
+from ._errors import CallError
+from ._frames import Signal
+from ._kinds import Kind
+from ._messages import Request
+
+__all__ = ["MAX_BACKLOG_BYTES", "Handler", "Server"]
+
+#: A tool call's handler: returns the value (inline) or an awaitable of it (own task).
+#: Raise :class:`~protocol.CallError` to classify a failure; anything else is ``unknown``.
+Handler = Callable[[Request], "str | Awaitable[str]"]
+
+#: Bytes of answers the parent holds for a child that is not reading before it stops
+#: reading that child's calls: two maximal frames, so one large answer never stalls.
+MAX_BACKLOG_BYTES: Final = 2 * MAX_FRAME_BYTES
+
+
+@final
+class Server:
+    """Serve one call channel: the child's calls, answered by ``handler``.
+
+    Args:
+        channel: the call channel (the server closes it when :meth:`serve` ends).
+        handler: answers one call; see :data:`Handler`.
+        max_calls: the most calls to accept; 0 for no limit.
+        max_bytes: the most result bytes to deliver; 0 for no limit.
+        max_inflight: the hard cap on calls in flight at once.
+        max_call_deadline: the longest one call may take, in seconds; None for none. The
+            child's ``deadline_ms`` can only shorten it.
+
+    Raises:
+        ValueError: a limit out of range.
+    """
+
+    def __init__(
+        self,
+        channel: FdChannel,
+        handler: Handler,
+        *,
+        max_calls: int = 0,
+        max_bytes: int = 0,
+        max_inflight: int = DEFAULT_MAX_INFLIGHT,
+        max_call_deadline: float | None = None,
+    ) -> None:
+        self._core = ServerCore(
+            max_calls=max_calls,
+            max_bytes=max_bytes,
+            max_inflight=max_inflight,
+            max_call_deadline=max_call_deadline,
+        )
+        self._channel = channel
+        self._handler = handler
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._scopes: dict[str, anyio.CancelScope] = {}
+        self._unstarted: dict[str, Awaitable[str]] = {}
+        # The write backlog (see the module docstring).
+        self._backlog: deque[memoryview] = deque()
+        self._backlog_bytes = 0
+        self._backlog_ready: anyio.Event | None = None  # events are made in serve()
+        self._backlog_drained: anyio.Event | None = None
+        # The deadline watcher sleeps until this; a nearer new deadline wakes it.
+        self._watch_until = math.inf
+        self._watch_wake: anyio.Event | None = None
+        self._served = False
+
+    def statistics(self) -> CallStats:
+        """The parent's own accounting of this channel (the authority, invariant 3)."""
+        return self._core.statistics()
+
+    async def serve(self) -> None:
+        """Answer calls until the child closes the channel.
+
+        Raises:
+            RemoteProtocolError: the child broke the protocol (the channel is closed).
+            anyio.BrokenResourceError: the channel failed under us.
+            RuntimeError: ``serve`` was called twice.
+        """
+        if self._served:
+            raise RuntimeError("Server.serve() can run only once")
+        self._served = True
+        self._backlog_ready = anyio.Event()
+        self._watch_wake = anyio.Event()
+        try:
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                tg.start_soon(self._write_backlog)
+                tg.start_soon(self._watch_deadlines)
+                await self._read_loop()
+                tg.cancel_scope.cancel()
+        finally:
+            self._tg = None
+            self._channel.close()
+            self._core.abandon_all()
+            for aw in self._unstarted.values():
+                if inspect.iscoroutine(aw):
+                    aw.close()  # a task cancelled before it ran never awaited its handler
+            self._unstarted.clear()
+
+    # -- reading ----------------------------------------------------------------------
+
+    async def _read_loop(self) -> None:
+        core = self._core
+        channel = self._channel
+        while True:
+            item = core.next_request()
+            if item is Signal.NEED_DATA:
+                if self._backlog_bytes > MAX_BACKLOG_BYTES:
+                    await self._wait_drained()
+                core.receive_data(await channel.receive())
+                continue
+            if item is Signal.CLOSED:
+                return
+            assert isinstance(item, Request)
+            refusal = core.admit(item)
+            if refusal is not None:
+                self._send(refusal)
+            else:
+                self._dispatch(item)
+
+    def _dispatch(self, request: Request) -> None:
+        call_id = request.id
+        try:
+            out = self._handler(request)
+        except CallError as exc:
+            frame = self._core.settle_error(call_id, exc.kind, exc.message)
+        except Exception as exc:
+            frame = self._core.settle_error(call_id, Kind.UNKNOWN, _describe(exc))
+        else:
+            if type(out) is str:
+                frame = self._core.settle(call_id, out)
+            elif inspect.isawaitable(out):
+                self._core.arm_deadline(call_id, request.deadline_ms, anyio.current_time())
+                self._wake_watcher()
+                self._unstarted[call_id] = out
+                assert self._tg is not None
+                self._tg.start_soon(self._run_async, call_id)
+                return
+            else:
+                frame = self._core.settle_error(
+                    call_id, Kind.UNKNOWN, f"handler returned {type(out).__name__}, not str"
+                )
+        if frame is not None:
+            self._send(frame)
+
+    async def _run_async(self, call_id: str) -> None:
+        aw = self._unstarted.pop(call_id)
+        if not self._core.is_inflight(call_id):  # expired before it even started
+            if inspect.iscoroutine(aw):
+                aw.close()
+            return
+        frame: bytearray | None = None
+        with anyio.CancelScope() as scope:
+            self._scopes[call_id] = scope
+            try:
+                value = await aw
+            except CallError as exc:
+                frame = self._core.settle_error(call_id, exc.kind, exc.message)
+            except Exception as exc:
+                frame = self._core.settle_error(call_id, Kind.UNKNOWN, _describe(exc))
+            else:
+                if type(value) is str:
+                    frame = self._core.settle(call_id, value)
+                else:
+                    frame = self._core.settle_error(
+                        call_id, Kind.UNKNOWN, f"handler returned {type(value).__name__}, not str"
+                    )
+            finally:
+                self._scopes.pop(call_id, None)
+        if frame is not None:
+            self._send(frame)
+
+    # -- deadlines --------------------------------------------------------------------
+
+    def _wake_watcher(self) -> None:
+        nxt = self._core.next_deadline()
+        if nxt is not None and nxt < self._watch_until and self._watch_wake is not None:
+            self._watch_wake.set()
+
+    async def _watch_deadlines(self) -> None:
+        core = self._core
+        while True:
+            nxt = core.next_deadline()
+            self._watch_until = math.inf if nxt is None else nxt
+            wake = self._watch_wake = anyio.Event()
+            with anyio.move_on_at(self._watch_until):
+                await wake.wait()
+            for call_id, frame in core.expire(anyio.current_time()):
+                self._send(frame)  # answer first ...
+                scope = self._scopes.get(call_id)
+                if scope is not None:
+                    scope.cancel()  # ... then cancel the handler
+
+    # -- writing ----------------------------------------------------------------------
+
+    def _send(self, frame: bytearray) -> None:
+        """Queue ``frame``; written at once when nothing is queued ahead of it."""
+        if not self._backlog:
+            n = self._channel.try_write(frame)
+            if n == len(frame):
+                return
+            self._backlog.append(memoryview(frame)[n:])
+            self._backlog_bytes += len(frame) - n
+            assert self._backlog_ready is not None
+            self._backlog_ready.set()
+        else:
+            self._backlog.append(memoryview(frame))
+            self._backlog_bytes += len(frame)
+
+    async def _write_backlog(self) -> None:
+        backlog = self._backlog
+        channel = self._channel
+        while True:
+            assert self._backlog_ready is not None
+            await self._backlog_ready.wait()
+            while backlog:
+                await channel.wait_writable()
+                head = backlog[0]
+                n = channel.try_write(head)
+                self._backlog_bytes -= n
+                if n == len(head):
+                    backlog.popleft()
+                else:
+                    backlog[0] = head[n:]
+            self._backlog_ready = anyio.Event()
+            if self._backlog_drained is not None:
+                self._backlog_drained.set()
+                self._backlog_drained = None
+
+    async def _wait_drained(self) -> None:
+        while self._backlog_bytes > MAX_BACKLOG_BYTES:
+            if self._backlog_drained is None:
+                self._backlog_drained = anyio.Event()
+            await self._backlog_drained.wait()
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
