@@ -110,6 +110,7 @@ class Server:
         self._watch_until = math.inf
         self._watch_wake: anyio.Event | None = None
         self._served = False
+        self._error: Exception | None = None
 
     def statistics(self) -> CallStats:
         """The parent's own accounting of this channel (the authority, invariant 3)."""
@@ -120,7 +121,8 @@ class Server:
 
         Raises:
             RemoteProtocolError: the child broke the protocol (the channel is closed).
-            anyio.BrokenResourceError: the channel failed under us.
+            anyio.BrokenResourceError: the child closed its reading end, or the channel
+                failed under us.
             RuntimeError: ``serve`` was called twice.
         """
         if self._served:
@@ -133,8 +135,15 @@ class Server:
                 self._tg = tg
                 tg.start_soon(self._write_backlog)
                 tg.start_soon(self._watch_deadlines)
-                await self._read_loop()
+                try:
+                    await self._read_loop()
+                except Exception as exc:
+                    # Raised after the task group, so that it comes out plain rather than
+                    # wrapped in an ExceptionGroup.
+                    self._error = self._error or exc
                 tg.cancel_scope.cancel()
+            if self._error is not None:
+                raise self._error
         finally:
             self._tg = None
             self._channel.close()
@@ -242,6 +251,18 @@ class Server:
 
     def _send(self, frame: bytearray) -> None:
         """Queue ``frame``; written at once when nothing is queued ahead of it."""
+        try:
+            self._queue(frame)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+            self._stop(exc)
+
+    def _stop(self, exc: Exception) -> None:
+        """The child closed its end: stop serving, and report ``exc`` plainly from serve."""
+        self._error = self._error or exc
+        if self._tg is not None:
+            self._tg.cancel_scope.cancel()
+
+    def _queue(self, frame: bytearray) -> None:
         if not self._backlog:
             n = self._channel.try_write(frame)
             if n == len(frame):
@@ -255,6 +276,12 @@ class Server:
             self._backlog_bytes += len(frame)
 
     async def _write_backlog(self) -> None:
+        try:
+            await self._write_backlog_loop()
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+            self._stop(exc)
+
+    async def _write_backlog_loop(self) -> None:
         backlog = self._backlog
         channel = self._channel
         while True:

@@ -1,0 +1,55 @@
+"""Helpers shared by the tests: OS pipe pairs and child processes that clean up."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from protocol import FdChannel
+
+ROOT = Path(__file__).resolve().parent.parent
+PEER = ROOT / "tests" / "children" / "peer.py"
+
+
+@dataclass
+class PeerProcess:
+    """A child running ``tests/children/peer.py``, with the parent's ends of its channels."""
+
+    process: subprocess.Popen[bytes]
+    start: FdChannel
+    call: FdChannel
+
+
+@contextmanager
+def spawn_peer(mode: str, arg: str = "") -> Iterator[PeerProcess]:
+    """Start the peer child over four OS pipes; kill and reap it on exit, whatever happens."""
+    start_down, start_up, call_down, call_up = os.pipe(), os.pipe(), os.pipe(), os.pipe()
+    child_fds = (start_down[0], start_up[1], call_down[0], call_up[1])
+    parent_fds = (start_up[0], start_down[1], call_up[0], call_down[1])
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, str(PEER), *(str(fd) for fd in child_fds), mode, arg],
+            pass_fds=child_fds,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+    except BaseException:
+        for fd in (*child_fds, *parent_fds):
+            os.close(fd)
+        raise
+    for fd in child_fds:
+        os.close(fd)
+    start = FdChannel(start_up[0], start_down[1])
+    call = FdChannel(call_up[0], call_down[1])
+    try:
+        yield PeerProcess(proc, start, call)
+    finally:
+        start.close()
+        call.close()
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=30)
