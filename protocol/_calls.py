@@ -42,12 +42,38 @@ from ._frames import FrameDecoder, Signal
 from ._kinds import Kind
 from ._messages import REQUEST_DECODER, RESPONSE_DECODER, Request, Response, decode, frame_message
 
-__all__ = ["CallStats", "ClientCore", "ServerCore", "effective_deadline", "utf8_len"]
+__all__ = [
+    "CallStats",
+    "ClientCore",
+    "ServerCore",
+    "effective_deadline",
+    "utf8_len",
+    "valid_unicode",
+]
 
 
 def utf8_len(text: str) -> int:
     """Length of ``text`` in UTF-8 bytes, without encoding it when it is ASCII."""
     return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+def valid_unicode(text: str) -> str:
+    """``text`` with every lone surrogate replaced by U+FFFD (unchanged when valid)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.translate(_SURROGATES)
+    return text
+
+
+_SURROGATES: Final = dict.fromkeys(range(0xD800, 0xE000), 0xFFFD)
+
+
+# Error texts are for people: past this many characters they are cut before framing.
+_MAX_ERROR_CHARS: Final = 1 << 16
+# The smallest frame cap that leaves room for any failure frame: the longest id, escaped
+# at 6 bytes a character, plus the other fields.
+_MIN_FRAME_BYTES: Final = 512
 
 
 def effective_deadline(deadline_ms: int, cap: float | None) -> float | None:
@@ -71,7 +97,8 @@ class CallStats(msgspec.Struct, frozen=True, kw_only=True):
         bytes: result bytes delivered (the number MaxBytes limits).
         inflight: calls accepted and not yet settled.
         peak_inflight: the most calls in flight at once so far.
-        refused: calls answered ``limit`` without running (cap or quota).
+        refused: calls answered ``limit`` by the accounting: over the in-flight cap or a
+            quota, or a result withheld for the byte quota or the frame cap.
         expired: calls answered ``transient`` because their deadline passed.
     """
 
@@ -128,6 +155,10 @@ class ServerCore:
             raise ValueError(f"max_inflight must be >= 1, got {max_inflight}")
         if max_call_deadline is not None and not max_call_deadline > 0:
             raise ValueError(f"max_call_deadline must be > 0 seconds, got {max_call_deadline}")
+        if max_frame_bytes < _MIN_FRAME_BYTES:
+            raise ValueError(
+                f"max_frame_bytes must be >= {_MIN_FRAME_BYTES}, got {max_frame_bytes}"
+            )
         self._decoder = FrameDecoder(max_frame_bytes)
         self._max_frame = max_frame_bytes
         self._max_calls = max_calls
@@ -208,10 +239,19 @@ class ServerCore:
     # -- settling -----------------------------------------------------------------
 
     def settle(self, call_id: str, value: str) -> bytearray | None:
-        """The handler returned ``value``: the frame to send, or None if already settled."""
+        """The handler returned ``value``: the frame to send, or None if already settled.
+
+        Text that is not valid Unicode (lone surrogates, as ``surrogateescape`` makes from
+        undecodable file names) cannot travel as UTF-8 JSON; its bad code points are
+        replaced by U+FFFD, as Go does when it encodes such a string.
+        """
         if self._inflight.pop(call_id, _GONE) is _GONE:
             return None
-        size = utf8_len(value)
+        if value.isascii():
+            size = len(value)
+        else:
+            value = valid_unicode(value)
+            size = len(value.encode("utf-8"))
         if self._max_bytes and self._bytes + size > self._max_bytes:
             self._refused += 1
             return self._failure(
@@ -225,6 +265,7 @@ class ServerCore:
                 Response(v=VERSION, id=call_id, ok=True, value=value), self._max_frame
             )
         except LocalFrameTooLarge as exc:
+            self._refused += 1
             return self._failure(call_id, Kind.LIMIT, f"result too large for one frame: {exc}")
         self._bytes += size
         return frame
@@ -236,11 +277,22 @@ class ServerCore:
         return self._failure(call_id, kind, error)
 
     def _failure(self, call_id: str, kind: Kind, error: str) -> bytearray:
-        # A reason so long it cannot be framed is cut; the kind is what matters.
-        limit = self._max_frame // 2
-        return frame_message(
-            Response(v=VERSION, id=call_id, ok=False, kind=kind, error=error[:limit])
-        )
+        """A failure frame that always fits: an error too long to frame is cut until it does.
+
+        The kind is what the child acts on; the text is for people, so cutting it loses
+        nothing that matters.
+        """
+        error = valid_unicode(error[:_MAX_ERROR_CHARS])
+        while True:
+            try:
+                return frame_message(
+                    Response(v=VERSION, id=call_id, ok=False, kind=kind, error=error),
+                    self._max_frame,
+                )
+            except LocalFrameTooLarge:
+                if not error:
+                    raise  # the id alone is over the cap: impossible with a sane cap
+                error = error[: len(error) // 2]
 
     def expire(self, now: float) -> list[tuple[str, bytearray]]:
         """Settle every call whose deadline is at or before ``now`` as ``transient``.
@@ -322,17 +374,21 @@ class ClientCore:
         Raises:
             ChannelClosed: the channel has ended; no new call can be made.
             LocalFrameTooLarge: the arguments do not fit in one frame (nothing registered).
-            LocalProtocolError: a negative deadline.
+            LocalProtocolError: a negative deadline, or text that is not valid Unicode
+                (lone surrogates).
         """
         if self._closed:
             raise ChannelClosed("the call channel is closed")
         if deadline_ms < 0:
             raise LocalProtocolError(f"deadline_ms must be >= 0, got {deadline_ms}")
         call_id = str(next(self._ids))
-        frame = frame_message(
-            Request(v=VERSION, id=call_id, tool=tool, args=args, deadline_ms=deadline_ms),
-            self._max_frame,
-        )
+        try:
+            frame = frame_message(
+                Request(v=VERSION, id=call_id, tool=tool, args=args, deadline_ms=deadline_ms),
+                self._max_frame,
+            )
+        except UnicodeEncodeError as exc:
+            raise LocalProtocolError(f"the call's text is not valid Unicode: {exc}") from None
         self._pending.add(call_id)
         return call_id, frame
 

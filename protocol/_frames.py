@@ -15,7 +15,9 @@ back whole payloads. Its guarantees, each tested:
   a body it is :class:`~protocol.TruncatedFrame`.
 * Work is linear in the bytes received: consumed bytes are dropped from the front of the
   buffer at most once per buffer's worth of frames, never once per frame.
-* Failure is a state: after the decoder has raised, every later call raises the same error.
+* Failure is a state: after the decoder has raised a :class:`~protocol.RemoteProtocolError`,
+  every later call raises the same error. (Feeding data after end of stream is the
+  caller's bug, a :class:`~protocol.LocalProtocolError`, and changes nothing.)
 """
 
 from __future__ import annotations
@@ -139,7 +141,8 @@ def encode_frame(payload: bytes, max_frame_bytes: int = MAX_FRAME_BYTES) -> byte
     """Prefix ``payload`` with its length, in one buffer (one write, no Nagle-style split).
 
     Raises:
-        LocalFrameTooLarge: the payload is over the cap (or empty); nothing is produced.
+        LocalFrameTooLarge: the payload is over the cap; nothing is produced.
+        LocalProtocolError: the payload is empty (no message encodes to nothing).
     """
     size = len(payload)
     if size > max_frame_bytes:

@@ -40,9 +40,11 @@ __all__ = [
 ]
 
 # Counters and durations are never negative; ids are never empty (seed: "must be non-empty
-# and unique within one execution"). msgspec checks these while decoding, at no extra pass.
+# and unique within one execution") and at most MAX_ID_CHARS long, so that an answer
+# always fits in a frame whatever the id. msgspec checks these while decoding.
+MAX_ID_CHARS: Final = 64
 _NonNegative = Annotated[int, msgspec.Meta(ge=0)]
-_Id = Annotated[str, msgspec.Meta(min_length=1)]
+_Id = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ID_CHARS)]
 
 
 class Message(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):

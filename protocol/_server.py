@@ -119,6 +119,9 @@ class Server:
     async def serve(self) -> None:
         """Answer calls until the child closes the channel.
 
+        Closing the channel from outside (:meth:`FdChannel.close`) stops the server: serve
+        then returns normally.
+
         Raises:
             RemoteProtocolError: the child broke the protocol (the channel is closed).
             anyio.BrokenResourceError: the child closed its reading end, or the channel
@@ -137,6 +140,8 @@ class Server:
                 tg.start_soon(self._watch_deadlines)
                 try:
                     await self._read_loop()
+                except anyio.ClosedResourceError:
+                    pass  # the channel was closed on our side: that is how to stop a server
                 except Exception as exc:
                     # Raised after the task group, so that it comes out plain rather than
                     # wrapped in an ExceptionGroup.
@@ -257,8 +262,13 @@ class Server:
             self._stop(exc)
 
     def _stop(self, exc: Exception) -> None:
-        """The child closed its end: stop serving, and report ``exc`` plainly from serve."""
-        self._error = self._error or exc
+        """The channel broke: stop serving, and report ``exc`` plainly from serve.
+
+        ``ClosedResourceError`` means the channel was closed on our side, which is how a
+        server is stopped from outside; it is not an error.
+        """
+        if not isinstance(exc, anyio.ClosedResourceError):
+            self._error = self._error or exc
         if self._tg is not None:
             self._tg.cancel_scope.cancel()
 
