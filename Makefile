@@ -1,17 +1,22 @@
-# The two commands a fresh machine needs: `make test` (lint, types, the whole suite) and,
-# once the runner exists, `make demo`. Each creates .venv and installs what it needs.
+# The two commands a fresh machine needs: `make demo` (a program in a sandbox, calling the
+# example host tools) and `make test` (lint, types, the whole suite). Each creates .venv
+# and installs what it needs.
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint typecheck pytest bench clean
+.PHONY: demo test lint typecheck pytest bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test,dev]'
 	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/sandbox run examples/programs/concurrent.py --tools examples/tools.py --max-calls 20
+	-$(BIN)/sandbox run examples/programs/failure.py --tools examples/tools.py
 
 test: lint typecheck pytest
 

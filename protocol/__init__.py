@@ -94,6 +94,15 @@ __all__ = [
     "frame_message",
 ]
 
+# Exceptions say they are protocol's, as users import them: tracebacks read
+# ``protocol.CallError``, not ``protocol._errors.CallError``. (Only exceptions: msgspec
+# resolves a Struct's annotations in the module the Struct names.)
+for _name in __all__:
+    _obj = globals().get(_name)
+    if isinstance(_obj, type) and issubclass(_obj, Exception):
+        _obj.__module__ = __name__
+del _name, _obj
+
 # The parent's roles import anyio; load them only when asked for (PEP 562).
 _LAZY = {
     "FdChannel": "._channel",

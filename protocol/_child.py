@@ -21,6 +21,7 @@ from __future__ import annotations
 import errno
 import os
 import select
+import sys
 import threading
 import time
 from typing import TYPE_CHECKING, Final, final
@@ -57,6 +58,20 @@ def _wait_readable(fd: int, timeout: float | None) -> bool:
     poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
     ms = None if timeout is None else max(0, int(timeout * 1000))
     return bool(poller.poll(ms))
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    asyncio = sys.modules.get("asyncio")
+    return None if asyncio is None else asyncio._get_running_loop()
+
+
+def _resolve(future: asyncio.Future[Response], outcome: Response | BaseException) -> None:
+    if future.done():  # the caller gave up on it (cancelled)
+        return
+    if isinstance(outcome, BaseException):
+        future.set_exception(outcome)
+    else:
+        future.set_result(outcome)
 
 
 def _outcome(response: Response | BaseException) -> str:
@@ -238,11 +253,14 @@ class Client:
         future = self._futures.pop(call_id, None)
         if future is None:
             self._done[call_id] = outcome
-        elif not future.done():
-            if isinstance(outcome, BaseException):
-                future.set_exception(outcome)
-            else:
-                future.set_result(outcome)
+            return
+        loop = future.get_loop()
+        if _running_loop() is loop:
+            _resolve(future, outcome)
+        else:
+            # A blocking caller in another thread read this answer: hand it to the
+            # future's own loop, which must be woken to see it.
+            loop.call_soon_threadsafe(_resolve, future, outcome)
 
     def _fail_all(self, error: BaseException) -> None:
         with self._cond:
@@ -326,6 +344,31 @@ class Runner:
         if self._closed:
             raise ChannelClosed("the start channel is closed")
         _write_all(self._wfd, self._core.send_result(result))
+
+    def wait_closed(self, timeout: float | None = None) -> bool:
+        """After the Result: wait until the parent closes the start channel (EOF).
+
+        The parent closes it once it has finished with the run's other processes, so a
+        runner that waits here keeps holding its descendants (as their subreaper) until
+        the parent has counted them. Anything the parent sends meanwhile is ignored.
+
+        Returns:
+            True at EOF; False if ``timeout`` passed first or the channel is closed here.
+        """
+        if self._closed:
+            return False
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if deadline is None else deadline - time.monotonic()
+            if (left is not None and left <= 0) or not _wait_readable(self._rfd, left):
+                return False
+            try:
+                if not os.read(self._rfd, _READ_CHUNK):
+                    return True
+            except BlockingIOError:
+                continue
+            except OSError:
+                return True  # the channel broke: as good as closed
 
     def close(self) -> None:
         """Close the channel (idempotent)."""

@@ -19,8 +19,11 @@ class Starter:
     """Start one run over a start channel and collect its Result.
 
     Args:
-        channel: the start channel. The starter closes it when :meth:`start` returns or
-            raises: one channel carries one run.
+        channel: the start channel; it carries one run. The starter closes it if
+            :meth:`start` fails, times out or is cancelled. After a Result it is left
+            open: closing it is how the caller tells the child it is done with the run
+            (our runner lingers until then, holding what the program left running where
+            the caller can find it).
     """
 
     def __init__(self, channel: FdChannel) -> None:
@@ -56,5 +59,6 @@ class Starter:
                         continue
                     assert isinstance(item, Result)
                     return item
-        finally:
+        except BaseException:
             channel.close()
+            raise

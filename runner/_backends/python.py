@@ -1,0 +1,230 @@
+"""The Python backend: run ``Start.program`` as a fresh ``__main__`` module.
+
+Theory of operation
+-------------------
+1. The source is registered with :mod:`linecache` under the filename ``<program>``, so
+   tracebacks (ours and the program's own) show its lines.
+2. It is parsed with :mod:`ast`. If the module body ends with an expression statement, that
+   statement becomes an assignment to a private name: the program's *value* is its last
+   expression, as in a notebook cell. A body that ends with anything else has the value
+   ``None``.
+3. It is compiled with ``ast.PyCF_ALLOW_TOP_LEVEL_AWAIT``, and with ``dont_inherit`` so
+   that the runner's own ``from __future__`` imports do not leak into the program.
+4. It runs in a new module object installed as ``sys.modules["__main__"]`` (so pickle,
+   dataclasses and friends find the program's classes), with ``__name__ == "__main__"``,
+   the builtins, and ``host``: the run's tools (:mod:`runner._host`).
+5. If the compiled code is a coroutine (it uses top-level ``await``, ``async for`` or
+   ``async with``), :mod:`asyncio` is imported then, and only then, and the module runs
+   under ``asyncio.run``. Otherwise it runs with plain ``exec``: a program that never
+   awaits never pays for asyncio.
+
+How a run ends, as an :class:`~runner.Outcome`:
+
+========================================= =======================================
+the program                               the outcome
+========================================= =======================================
+ends normally                             ok, value = JSON text of its value
+value has no JSON form                    ``invalid``, naming the type
+does not compile                          ``invalid``, with the message and line
+raises ``SystemExit(0)``/``SystemExit()`` ok, value ``null``
+raises ``SystemExit`` with another code   ``raised``
+lets a ``CallError`` escape               the CallError's kind (a quota ``limit``
+                                          fails the run as ``limit``)
+runs out of memory (``MemoryError``)      ``limit``, saying memory was the cause
+raises anything else                      ``raised``, with the program's traceback
+========================================= =======================================
+
+Tracebacks show the program's frames only: the runner's frames above the program (the
+bootstrap, ``exec``, ``asyncio.run``) and the runner's and ``protocol``'s frames below it
+(the tool call machinery) are cut out, so the error reads as if the program had run alone.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import linecache
+import os
+import sys
+import types
+from typing import TYPE_CHECKING, Final, final
+
+from protocol import CallError, Kind
+
+from .._host import Host
+from .._value import encode_json
+from . import Outcome
+
+if TYPE_CHECKING:
+    import traceback
+
+    from protocol import Client, Start
+
+__all__ = ["PROGRAM_FILENAME", "PythonBackend"]
+
+#: The filename the program is compiled under; its frames in tracebacks carry it.
+PROGRAM_FILENAME: Final = "<program>"
+
+# The module global the last expression's value is stored in. Unlikely to clash with a
+# program's own names, and harmless if it does (the program then sets its own value).
+_VALUE_NAME: Final = "__runner_value__"
+
+# ``inspect.CO_COROUTINE``: set on code compiled from a module that awaits at top level.
+# Spelled out so that the check does not import inspect.
+_CO_COROUTINE: Final = 0x0080
+
+# A failure's text is for people; past this many characters it is cut (a program that
+# raises with a 100 MB message must still get a Result out, in one frame).
+MAX_ERROR_CHARS: Final = 64 * 1024
+
+# Frames from these directories are the runner's and protocol's machinery, never the
+# program's, and are left out of tracebacks.
+_INTERNAL_DIRS: Final = tuple(
+    os.path.dirname(os.path.abspath(path)) + os.sep
+    for path in (
+        os.path.dirname(os.path.abspath(__file__)),  # runner/_backends -> runner/
+        sys.modules[CallError.__module__].__file__ or "",  # protocol/_errors.py -> protocol/
+    )
+)
+
+
+@final
+class PythonBackend:
+    """Runs Python source (see the module docstring)."""
+
+    def prepare(self) -> None:
+        """Nothing to load: ast, linecache and types are loaded with the runner itself."""
+
+    def run(self, start: Start, client: Client) -> Outcome:
+        """Run ``start.program`` with ``start.bindings`` as ``host``; never raises."""
+        try:
+            host = Host(client, start.bindings or ())
+        except ValueError as exc:
+            return Outcome.failure(Kind.INVALID, str(exc))
+        try:
+            code = compile_program(start.program)
+        except SyntaxError as exc:
+            return Outcome.failure(Kind.INVALID, _format_syntax_error(exc))
+        except (ValueError, RecursionError) as exc:  # null bytes; nesting too deep
+            return Outcome.failure(Kind.INVALID, f"the program does not compile: {exc}")
+        except MemoryError:
+            return Outcome.failure(Kind.LIMIT, "out of memory while compiling the program")
+        return _execute(code, host)
+
+
+def compile_program(source: str) -> types.CodeType:
+    """Compile ``source`` as a module whose last expression statement is its value.
+
+    Raises:
+        SyntaxError: the source is not valid Python.
+        ValueError: the source contains null bytes (Python 3.11).
+    """
+    linecache.cache[PROGRAM_FILENAME] = (
+        len(source),
+        None,  # no mtime: linecache.checkcache keeps the entry
+        source.splitlines(keepends=True),
+        PROGRAM_FILENAME,
+    )
+    tree = ast.parse(source, PROGRAM_FILENAME, "exec")
+    body = tree.body
+    if body and isinstance(body[-1], ast.Expr):
+        last = body[-1]
+        store = ast.Name(id=_VALUE_NAME, ctx=ast.Store())
+        body[-1] = ast.copy_location(ast.Assign(targets=[store], value=last.value), last)
+        ast.fix_missing_locations(tree)
+    code: types.CodeType = compile(
+        tree, PROGRAM_FILENAME, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True
+    )
+    return code
+
+
+def _new_main(host: Host) -> types.ModuleType:
+    """A fresh ``__main__`` module holding ``host``, installed in ``sys.modules``."""
+    module = types.ModuleType("__main__")
+    namespace = module.__dict__
+    namespace["__builtins__"] = builtins
+    namespace["host"] = host
+    sys.modules["__main__"] = module
+    return module
+
+
+def _execute(code: types.CodeType, host: Host) -> Outcome:
+    namespace = _new_main(host).__dict__
+    try:
+        if code.co_flags & _CO_COROUTINE:
+            import asyncio
+
+            # eval() of a top-level-await module returns the coroutine that runs it.
+            asyncio.run(eval(code, namespace))
+        else:
+            exec(code, namespace)
+    except SystemExit as exc:
+        if exc.code is None or exc.code == 0:
+            return Outcome.success("null")
+        return Outcome.failure(Kind.RAISED, _format_exception(exc))
+    except MemoryError as exc:
+        return Outcome.failure(Kind.LIMIT, _describe_memory_error(exc))
+    except CallError as exc:
+        return Outcome.failure(exc.kind, _format_exception(exc))
+    except BaseException as exc:  # the program's failure, whatever it is, is the outcome
+        return Outcome.failure(Kind.RAISED, _format_exception(exc))
+    return _encode_value(namespace.get(_VALUE_NAME))
+
+
+def _encode_value(value: object) -> Outcome:
+    try:
+        return Outcome.success(encode_json(value))
+    except TypeError as exc:
+        return Outcome.failure(Kind.INVALID, f"the program's value has no JSON form: {exc}")
+    except MemoryError:
+        return Outcome.failure(
+            Kind.LIMIT, "out of memory while encoding the program's value (MemoryError)"
+        )
+
+
+# -- failures, for people --------------------------------------------------------------
+
+
+def _cap(text: str) -> str:
+    if len(text) <= MAX_ERROR_CHARS:
+        return text
+    cut = len(text) - MAX_ERROR_CHARS
+    return f"{text[:MAX_ERROR_CHARS]}\n... ({cut} more characters cut)"
+
+
+def _format_syntax_error(exc: SyntaxError) -> str:
+    import traceback
+
+    lines = traceback.format_exception_only(type(exc), exc)
+    return _cap("the program does not compile:\n" + "".join(lines).rstrip("\n"))
+
+
+def _describe_memory_error(exc: MemoryError) -> str:
+    head = "the program ran out of memory (MemoryError)"
+    try:
+        return f"{head}\n{_format_exception(exc)}"
+    except MemoryError:
+        return head
+
+
+def _format_exception(exc: BaseException) -> str:
+    """``exc``'s traceback, as Python prints it, with only the program's frames."""
+    import traceback
+
+    summary = traceback.TracebackException(type(exc), exc, exc.__traceback__, compact=True)
+    _keep_program_frames(summary, set())
+    return _cap("".join(summary.format()).rstrip("\n"))
+
+
+def _keep_program_frames(summary: traceback.TracebackException, seen: set[int]) -> None:
+    """Cut the runner's frames from ``summary`` and from every exception chained to it."""
+    if id(summary) in seen:
+        return
+    seen.add(id(summary))
+    stack = summary.stack
+    frames = list(stack)
+    first = next((i for i, f in enumerate(frames) if f.filename == PROGRAM_FILENAME), 0)
+    stack[:] = [f for f in frames[first:] if not f.filename.startswith(_INTERNAL_DIRS)]
+    for chained in (summary.__cause__, summary.__context__, *(summary.exceptions or ())):
+        if chained is not None:
+            _keep_program_frames(chained, seen)

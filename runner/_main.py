@@ -1,0 +1,327 @@
+"""The runner's entry point: wait for one Start, run the program, send one Result, exit.
+
+Usage::
+
+    python -m runner START_R START_W CALL_R CALL_W [--backend NAME] [--start-timeout SECONDS]
+
+The four numbers are inherited file descriptors: the start channel's read and write ends
+and the call channel's read and write ends (a read end may equal its write end, for a
+socket). They are never stdin or stdout: the program's own stdout and stderr are plain
+pipes the parent captures, and nothing of the protocol is ever written to them. A host
+that wants the shortest start launches the runner as
+``python -I -S -c "import sys; sys.path[:0] = [...]; from runner._main import main; main()"``
+followed by the same arguments.
+
+Start-up imports the standard library and msgspec only (and the child side of
+``protocol``, which is the same): no asyncio unless the program awaits at top level, no
+anyio, no trio, and not even :mod:`argparse` (the command line is parsed by hand).
+
+What the runner does, in order:
+
+1. Ties its life to the parent's (Linux, best effort, through ``prctl``): the kernel kills
+   it with SIGKILL when the parent dies (``PR_SET_PDEATHSIG``; note that this follows the
+   parent *thread* that spawned it), and it becomes a child subreaper
+   (``PR_SET_CHILD_SUBREAPER``), so the program's orphaned descendants are reparented to the
+   runner rather than to init and the host can find every one of them under the runner. If
+   the parent has already died by the time the death signal is armed, the runner exits.
+2. Marks the channel descriptors close-on-exec, so that nothing the program executes
+   inherits them (a process it leaves behind must not hold the channels open after the
+   runner is gone). A ``fork`` without ``exec`` still shares them; the parent's reaper
+   deals with those.
+3. Loads the backend, then waits for the Start (``--start-timeout``, 60 s by default).
+4. Runs the program, flushes ``sys.stdout`` and ``sys.stderr``, and sends exactly one
+   Result, whose ``calls`` and ``bytes`` are the call channel's own counts.
+5. Waits, at most ``_LINGER_SECONDS``, for the parent to close the start channel: while the
+   runner lives, every process the program left behind stays in its tree (it is their
+   subreaper), where the parent finds and kills them before it closes the channel.
+6. Exits at once with ``os._exit``: neither the program's ``atexit`` handlers nor threads it
+   left running can hold the process after its Result is out.
+
+The budget in ``Start.budget`` (wall clock, calls, bytes, memory) is enforced by the parent,
+not here: the parent is the only authority (invariant 3). Its Server counts the calls and
+bytes, its clock ends the run, and its rlimits or cgroups bound memory. The runner reads the
+budget only to pass it to the backend, for information.
+
+Exit status:
+
+== ==================================================================================
+0  a Result was sent
+2  no Result could be sent: no Start within the timeout, the start channel closed or
+   broke, or the parent sent something that is not a Start
+3  the parent died before the runner was tied to it
+64 bad command line (``os.EX_USAGE``)
+== ==================================================================================
+
+For every nonzero status the runner writes one line, starting ``runner:``, to stderr. It
+never prints a traceback for a protocol reason.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Final, NoReturn
+
+from protocol import (
+    VERSION,
+    ChannelClosed,
+    Client,
+    Kind,
+    LocalFrameTooLarge,
+    ProtocolError,
+    Result,
+    Runner,
+)
+
+from ._backends import DEFAULT_BACKEND, Outcome, get_backend
+
+if TYPE_CHECKING:
+    from protocol import Start
+
+    from ._backends import Backend
+
+__all__ = [
+    "DEFAULT_START_TIMEOUT",
+    "EXIT_NO_START",
+    "EXIT_OK",
+    "EXIT_ORPHANED",
+    "EXIT_USAGE",
+    "main",
+    "run",
+]
+
+#: Seconds to wait for the Start. Long enough for a loaded host to get round to a runner it
+#: spawned; short enough that a runner whose parent forgot it does not linger for long.
+DEFAULT_START_TIMEOUT: Final = 60.0
+
+EXIT_OK: Final = 0
+EXIT_NO_START: Final = 2
+EXIT_ORPHANED: Final = 3
+EXIT_USAGE: Final = 64  # os.EX_USAGE, spelled out: os.EX_USAGE does not exist on Windows
+
+_USAGE: Final = (
+    "usage: python -m runner START_R START_W CALL_R CALL_W "
+    "[--backend NAME] [--start-timeout SECONDS]"
+)
+
+# prctl(2) options and the signal number, from <linux/prctl.h> and <signal.h>.
+#: After its Result, how long the runner waits for the parent to close the start channel.
+#: The parent normally does so within milliseconds; the bound only matters if it never does
+#: (a parent that died is covered by PDEATHSIG as well).
+_LINGER_SECONDS: Final = 30.0
+_PR_SET_PDEATHSIG: Final = 1
+_PR_SET_CHILD_SUBREAPER: Final = 36
+_SIGKILL: Final = 9
+
+
+class _UsageError(Exception):
+    pass
+
+
+class _Arguments:
+    __slots__ = ("backend", "call_fds", "start_fds", "start_timeout")
+
+    def __init__(
+        self,
+        start_fds: tuple[int, int],
+        call_fds: tuple[int, int],
+        backend: str,
+        start_timeout: float | None,
+    ) -> None:
+        self.start_fds = start_fds
+        self.call_fds = call_fds
+        self.backend = backend
+        self.start_timeout = start_timeout
+
+
+def _parse(argv: Sequence[str]) -> _Arguments:
+    """The command line, parsed by hand (argparse costs more to import than this runs).
+
+    Raises:
+        _UsageError: anything the usage line does not allow.
+    """
+    fds: list[int] = []
+    options = {"--backend": DEFAULT_BACKEND, "--start-timeout": str(DEFAULT_START_TIMEOUT)}
+    args = list(argv)
+    while args:
+        arg = args.pop(0)
+        name, eq, value = arg.partition("=")
+        if name in options:
+            if not eq:
+                if not args:
+                    raise _UsageError(f"{name} needs a value")
+                value = args.pop(0)
+            options[name] = value
+        elif arg in ("-h", "--help"):
+            raise _UsageError("help requested")
+        elif arg.startswith("-") and not arg[1:].isdigit():
+            raise _UsageError(f"unknown option {arg!r}")
+        else:
+            try:
+                fds.append(int(arg))
+            except ValueError:
+                raise _UsageError(f"not a file descriptor: {arg!r}") from None
+    if len(fds) != 4:
+        raise _UsageError(f"expected 4 file descriptors, got {len(fds)}")
+    for fd in fds:
+        if fd < 3:
+            raise _UsageError(f"descriptor {fd} cannot be a channel (0, 1 and 2 are stdio)")
+        try:
+            os.fstat(fd)
+        except OSError:
+            raise _UsageError(f"descriptor {fd} is not open") from None
+    start_fds, call_fds = (fds[0], fds[1]), (fds[2], fds[3])
+    if set(start_fds) & set(call_fds):
+        raise _UsageError("the start and call channels must be separate descriptors")
+    try:
+        seconds = float(options["--start-timeout"])
+    except ValueError:
+        raise _UsageError(f"not a number of seconds: {options['--start-timeout']!r}") from None
+    if not seconds > 0:  # also refuses NaN
+        raise _UsageError("--start-timeout must be positive")
+    timeout = None if seconds == float("inf") else seconds
+    return _Arguments(start_fds, call_fds, options["--backend"], timeout)
+
+
+def _tie_to_parent() -> None:
+    """Arm PR_SET_PDEATHSIG and PR_SET_CHILD_SUBREAPER; best effort, Linux only."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+        prctl.argtypes = [ctypes.c_int, *[ctypes.c_ulong] * 4]
+        prctl.restype = ctypes.c_int
+        prctl(_PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0)
+        prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (ImportError, OSError, AttributeError):
+        pass  # no ctypes, no libc, or no prctl: the host's other walls still stand
+
+
+def _say(message: str) -> None:
+    """One line to stderr, for the people reading the host's logs."""
+    try:
+        sys.stderr.write(f"runner: {message}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def _flush_stdio() -> None:
+    """Flush what the program printed (and what it swapped in for stdout or stderr)."""
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        try:
+            if stream is not None:
+                stream.flush()
+        except Exception:  # a closed or broken stream, or the program's own odd object
+            pass
+
+
+def _run_program(backend: Backend, start: Start, client: Client) -> Outcome:
+    try:
+        return backend.run(start, client)
+    except BaseException as exc:  # a backend bug must still end in a Result
+        return Outcome.failure(Kind.UNKNOWN, f"the runner failed: {type(exc).__name__}: {exc}")
+
+
+def _send(runner: Runner, start: Start, outcome: Outcome, client: Client) -> None:
+    """Send the Result of ``outcome``; a too-large one is replaced by a small failure.
+
+    Raises:
+        ProtocolError: the start channel is closed or broken.
+        OSError: the parent is gone.
+    """
+    result = Result(
+        v=VERSION,
+        result_id=start.result_id,
+        ok=outcome.ok,
+        value=outcome.value,
+        kind=outcome.kind,
+        error=outcome.error,
+        calls=client.calls_made,
+        bytes=client.bytes_received,
+    )
+    try:
+        runner.send_result(result)
+    except LocalFrameTooLarge as exc:
+        what = "value" if outcome.ok else "error report"
+        runner.send_result(
+            Result(
+                v=VERSION,
+                result_id=start.result_id,
+                ok=False,
+                kind=Kind.LIMIT,
+                error=f"the program's {what} is too large for one Result frame: {exc}",
+                calls=client.calls_made,
+                bytes=client.bytes_received,
+            )
+        )
+
+
+def run(argv: Sequence[str]) -> int:
+    """Do one run, as described in the module docstring; return the exit status.
+
+    Never raises for a protocol or usage reason; the status says what happened.
+    """
+    parent = os.getppid()
+    try:
+        args = _parse(argv)
+    except _UsageError as exc:
+        _say(f"{exc}\n{_USAGE}")
+        return EXIT_USAGE
+    _tie_to_parent()
+    if os.getppid() != parent:  # died before the death signal was armed: nobody to serve
+        _say("the parent exited before the runner started")
+        return EXIT_ORPHANED
+    for fd in (*args.start_fds, *args.call_fds):
+        # Inherited on purpose, but not to be passed on: a process the program execs must not
+        # hold the channels open, or the parent would not see EOF when the runner dies.
+        os.set_inheritable(fd, False)
+    try:
+        backend = get_backend(args.backend)
+        backend.prepare()
+    except (LookupError, ImportError) as exc:
+        _say(str(exc))
+        return EXIT_USAGE
+    runner = Runner(*args.start_fds)
+    try:
+        start = runner.await_start(args.start_timeout)
+    except TimeoutError:
+        _say(f"no Start within {args.start_timeout} s")
+        return EXIT_NO_START
+    except ChannelClosed:
+        _say("the start channel closed before a Start arrived")
+        return EXIT_NO_START
+    except (ProtocolError, OSError) as exc:
+        _say(f"no usable Start: {exc}")
+        return EXIT_NO_START
+    client = Client(*args.call_fds)
+    outcome = _run_program(backend, start, client)
+    _flush_stdio()
+    try:
+        _send(runner, start, outcome, client)
+    except (ProtocolError, OSError) as exc:
+        _say(f"the Result could not be sent: {exc}")
+        client.close()
+        runner.close()
+        return EXIT_NO_START
+    client.close()
+    # Hold on (as the subreaper of whatever the program left running) until the parent
+    # has dealt with it and closes the start channel; bounded, in case it never does.
+    runner.wait_closed(_LINGER_SECONDS)
+    runner.close()
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> NoReturn:
+    """Run the runner with ``argv`` (default ``sys.argv[1:]``) and exit with its status.
+
+    Exits with ``os._exit`` after flushing stdout and stderr, so that nothing the program
+    left behind (threads, ``atexit`` handlers, a wedged finalizer) can keep the process
+    alive once its Result is sent.
+    """
+    status = run(sys.argv[1:] if argv is None else argv)
+    _flush_stdio()
+    os._exit(status)

@@ -1,0 +1,37 @@
+"""The host side: run untrusted programs in isolated children that call back into host tools.
+
+>>> import sandbox
+>>> result = sandbox.run_sync("1 + 1")
+>>> result.value
+2
+"""
+
+from __future__ import annotations
+
+from protocol import CallError, Kind
+
+from ._api import run, run_sync
+from ._budget import Budget
+from ._errors import BudgetError, BudgetUnsupported, SandboxError, SpawnFailed, ToolError
+from ._levels import Level, unenforceable
+from ._result import RunResult
+from ._tools import Tool, Toolset, tool
+
+__all__ = [
+    "Budget",
+    "BudgetError",
+    "BudgetUnsupported",
+    "CallError",
+    "Kind",
+    "Level",
+    "RunResult",
+    "SandboxError",
+    "SpawnFailed",
+    "Tool",
+    "ToolError",
+    "Toolset",
+    "run",
+    "run_sync",
+    "tool",
+    "unenforceable",
+]

@@ -1,0 +1,66 @@
+"""The public entry points: :func:`run` (async) and :func:`run_sync` (for scripts)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import anyio
+
+from ._budget import Budget
+from ._levels import Level, cgroups_usable, check_budget
+from ._process import run_process
+from ._result import RunResult
+from ._tools import Tool, Toolset
+
+__all__ = ["run", "run_sync"]
+
+Tools = Iterable[Tool | Callable[..., Any]] | Mapping[str, Any] | Toolset
+
+
+async def run(
+    program: str,
+    *,
+    tools: Tools = (),
+    budget: Budget | None = None,
+    level: Level | str = Level.PROCESS,
+) -> RunResult:
+    """Run ``program`` (Python source) in a sandbox, with ``tools`` as ``host.<name>``.
+
+    The program's value is its last expression. Whatever the program does, this returns a
+    :class:`RunResult` (failures included) and leaves no process, descriptor or temporary
+    directory behind; cancelling the caller's task waits until the child is reaped.
+
+    Args:
+        program: Python source; top-level ``await`` is allowed.
+        tools: host tools the program may call (functions or :class:`Tool` objects).
+        budget: limits for the run; every item asked for is enforced or refused.
+        level: the isolation level.
+
+    Raises:
+        BudgetUnsupported: the budget asks for something ``level`` cannot enforce here.
+        ToolError: a tool cannot be bound (a bad or duplicate name).
+        SpawnFailed: the child process could not be started.
+        ValueError: an unknown level.
+    """
+    level = Level(level)
+    budget = budget or Budget()
+    check_budget(level, budget)
+    toolset = tools if isinstance(tools, Toolset) else Toolset(tools)
+    return await run_process(program, toolset, budget, use_cgroups=cgroups_usable())
+
+
+def run_sync(
+    program: str,
+    *,
+    tools: Tools = (),
+    budget: Budget | None = None,
+    level: Level | str = Level.PROCESS,
+    backend: str = "asyncio",
+) -> RunResult:
+    """:func:`run` for synchronous code: starts an event loop (``backend``) for one run."""
+
+    async def main() -> RunResult:
+        return await run(program, tools=tools, budget=budget, level=level)
+
+    return anyio.run(main, backend=backend)

@@ -1,0 +1,157 @@
+"""The command line: ``sandbox run``.
+
+Exit codes of ``sandbox run``: 0 the program succeeded; 1 the program failed; 3 a limit
+ended it (kind ``limit``); 4 the sandbox could not run it (a budget the level cannot
+enforce, a bad tools module, a spawn failure); 2 bad usage (argparse's own).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from protocol import Kind
+
+from ._api import run_sync
+from ._budget import Budget
+from ._errors import SandboxError
+from ._levels import Level
+from ._tools import Tool, Toolset
+
+__all__ = ["main"]
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_LIMIT, EXIT_SANDBOX = 0, 1, 2, 3, 4
+
+
+def _size(text: str) -> int:
+    """A byte count: 1000, 64k, 256M, 1G (binary multiples)."""
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    t = text.strip().lower().removesuffix("b")
+    try:
+        if t and t[-1] in units:
+            return int(float(t[:-1]) * units[t[-1]])
+        return int(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (try 1000, 64k, 256M)") from None
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sandbox",
+        description="Run untrusted programs in isolated child processes that can call host tools.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    r = sub.add_parser(
+        "run",
+        help="run a Python program in a sandbox",
+        description="Run PROGRAM (a Python file; '-' reads standard input) in a sandbox and "
+        "print its value and output. Exit codes: 0 ok, 1 the program failed, 3 a limit "
+        "ended it, 4 the sandbox refused or could not run it, 2 bad usage.",
+    )
+    r.add_argument("program", help="the program file, or - for standard input")
+    r.add_argument(
+        "--level",
+        choices=[lv.value for lv in Level],
+        default=Level.PROCESS.value,
+        help="isolation level (default: %(default)s)",
+    )
+    r.add_argument("--timeout", type=float, default=30.0, help="wall clock, seconds (default: 30)")
+    r.add_argument("--max-calls", type=int, default=0, help="tool calls allowed (0: no limit)")
+    r.add_argument("--max-bytes", type=_size, default=0, help="result bytes allowed (0: no limit)")
+    r.add_argument("--max-inflight", type=int, default=64, help="tool calls in flight at once")
+    r.add_argument("--call-timeout", type=float, default=None, help="seconds one call may take")
+    r.add_argument("--max-memory", type=_size, default=None, help="memory, e.g. 256M")
+    r.add_argument("--max-cpu", type=float, default=None, help="CPU seconds")
+    r.add_argument("--max-processes", type=int, default=None, help="processes at once")
+    r.add_argument("--max-output", type=_size, default=1 << 20, help="stdout/stderr kept, each")
+    r.add_argument(
+        "--tools",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="a module whose TOOLS list (or public functions) become host tools; repeatable",
+    )
+    r.add_argument("--json", action="store_true", help="print the whole RunResult as JSON")
+    return parser
+
+
+def _load_tools(names: Sequence[str]) -> list[Tool]:
+    tools: list[Tool] = []
+    for name in names:
+        if name.endswith(".py") or "/" in name:
+            path = Path(name).resolve()
+            sys.path.insert(0, str(path.parent))
+            name = path.stem
+        elif "" not in sys.path and "." not in sys.path:
+            sys.path.insert(0, ".")
+        try:
+            module = importlib.import_module(name)
+        except ImportError as exc:
+            raise SandboxError(f"cannot import tools module {name!r}: {exc}") from exc
+        found: Any = getattr(module, "TOOLS", None)
+        if found is None:
+            found = [
+                obj
+                for key, obj in vars(module).items()
+                if not key.startswith("_")
+                and callable(obj)
+                and getattr(obj, "__module__", None) == module.__name__
+                and not isinstance(obj, type)
+            ]
+        tools.extend(t if isinstance(t, Tool) else Tool(t) for t in found)
+    return tools
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``sandbox`` command; returns the exit code."""
+    args = _parser().parse_args(argv)
+    if args.program == "-":
+        source = sys.stdin.read()
+    else:
+        try:
+            source = Path(args.program).read_text()
+        except OSError as exc:
+            print(f"sandbox: cannot read {args.program}: {exc.strerror}", file=sys.stderr)
+            return EXIT_SANDBOX
+    try:
+        budget = Budget(
+            wall_clock=args.timeout,
+            max_calls=args.max_calls,
+            max_bytes=args.max_bytes,
+            max_inflight=args.max_inflight,
+            max_call_deadline=args.call_timeout,
+            max_memory=args.max_memory,
+            max_cpu=args.max_cpu,
+            max_processes=args.max_processes,
+            max_output=args.max_output,
+        )
+        toolset = Toolset(_load_tools(args.tools))
+        result = run_sync(source, tools=toolset, budget=budget, level=args.level)
+    except (SandboxError, ValueError) as exc:
+        print(f"sandbox: {exc}", file=sys.stderr)
+        return EXIT_SANDBOX
+    if args.json:
+        sys.stdout.write(msgspec.json.format(msgspec.json.encode(result)).decode() + "\n")
+    else:
+        if result.stdout:
+            sys.stdout.write(result.stdout)
+        if result.stderr:
+            sys.stderr.write(result.stderr)
+        if result.ok:
+            print(msgspec.json.encode(result.value).decode())
+        else:
+            print(f"sandbox: {result.kind} ({result.cause}): {result.error}", file=sys.stderr)
+        print(
+            f"sandbox: {result.calls} calls, {result.bytes} result bytes, "
+            f"{result.wall_time * 1000:.1f} ms",
+            file=sys.stderr,
+        )
+    if result.ok:
+        return EXIT_OK
+    return EXIT_LIMIT if result.kind is Kind.LIMIT else EXIT_FAILED

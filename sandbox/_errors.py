@@ -1,0 +1,48 @@
+"""The exceptions of the ``sandbox`` package.
+
+::
+
+    SandboxError                 the host could not do what was asked; nothing ran
+    ├── BudgetError (ValueError)       a budget that makes no sense (negative, zero time)
+    ├── BudgetUnsupported              a budget item this level cannot enforce on this host
+    ├── ToolError (ValueError)         a tool that cannot be bound (bad name, duplicate)
+    └── SpawnFailed (OSError)          the child process could not be started
+
+A run that *started* never raises these for what the program did: its failures come back
+as a :class:`~sandbox.RunResult` with a :class:`~protocol.Kind`.
+"""
+
+from __future__ import annotations
+
+__all__ = ["BudgetError", "BudgetUnsupported", "SandboxError", "SpawnFailed", "ToolError"]
+
+
+class SandboxError(Exception):
+    """Root of the host's errors."""
+
+
+class BudgetError(SandboxError, ValueError):
+    """A budget item with an impossible value."""
+
+
+class BudgetUnsupported(SandboxError):
+    """A budget item the chosen level cannot enforce on this host; refused, never ignored.
+
+    Attributes:
+        items: the budget items that cannot be enforced.
+        level: the level that was asked for.
+    """
+
+    def __init__(self, level: str, items: list[str], why: dict[str, str]) -> None:
+        detail = "; ".join(f"{item}: {why.get(item, 'not supported')}" for item in items)
+        super().__init__(f"level {level!r} cannot enforce {', '.join(items)} here ({detail})")
+        self.level = level
+        self.items = items
+
+
+class ToolError(SandboxError, ValueError):
+    """A tool that cannot be bound."""
+
+
+class SpawnFailed(SandboxError, OSError):
+    """The child process could not be started."""

@@ -1,0 +1,66 @@
+"""Isolation levels, and which budget items each can enforce on this host."""
+
+from __future__ import annotations
+
+import enum
+import functools
+
+from ._budget import Budget
+from ._errors import BudgetUnsupported
+from ._reaper import cgroup_support
+
+__all__ = ["Level", "cgroups_usable", "check_budget", "unenforceable"]
+
+
+class Level(enum.StrEnum):
+    """How strong the wall between the program and the host is.
+
+    * ``process``: a fresh child process per run: own session, scrubbed environment,
+      private working directory, only its channels and stdio inherited, rlimits, a per-run
+      cgroup where the host allows one, death with the host, no survivors.
+    """
+
+    PROCESS = "process"
+
+
+# Items every level enforces: the parent's Server counts and times every call.
+_CALL_ITEMS = frozenset({"max_calls", "max_bytes", "max_call_deadline"})
+
+
+@functools.cache
+def _process_gaps() -> dict[str, str]:
+    support = cgroup_support()
+    gaps: dict[str, str] = {}
+    if support["memory"] is not None:
+        gaps["max_memory"] = (
+            f"needs a per-run memory cgroup to cap every process of the run ({support['memory']})"
+        )
+    if support["pids"] is not None:
+        gaps["max_processes"] = (
+            f"needs a per-run pids cgroup (rlimits do not bind root) ({support['pids']})"
+        )
+    return gaps
+
+
+def unenforceable(level: Level) -> dict[str, str]:
+    """Budget items ``level`` cannot enforce on this host, with the reason for each."""
+    assert level is Level.PROCESS
+    return dict(_process_gaps())
+
+
+def check_budget(level: Level, budget: Budget) -> None:
+    """Refuse a budget with an item the level cannot enforce here.
+
+    Raises:
+        BudgetUnsupported: naming each such item and why.
+    """
+    gaps = unenforceable(level)
+    missing = [item for item in budget.asked() if item in gaps and item not in _CALL_ITEMS]
+    if missing:
+        raise BudgetUnsupported(level.value, missing, gaps)
+
+
+@functools.cache
+def cgroups_usable() -> bool:
+    """Whether per-run cgroups can be made here (all three controllers)."""
+    return all(reason is None for reason in cgroup_support().values())

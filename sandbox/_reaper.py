@@ -1,0 +1,343 @@
+"""No survivors, no zombies: finding and ending every process a run started.
+
+Theory of operation
+-------------------
+A program may fork, call ``setsid``, double-fork so that its grandchildren lose their
+parent, or fork as fast as it can. Two mechanisms keep track of all of it:
+
+* **A per-run cgroup** (v1 ``pids``, ``freezer`` and ``memory`` hierarchies, when the host
+  lets us create them): every process the runner starts is in it, whatever it does with
+  sessions and parents. Ending the run freezes the cgroup (nothing in it can fork or
+  run), sends SIGKILL to every member, thaws it so the kills land, and waits until it is
+  empty. ``pids.max`` bounds a fork bomb; ``memory.limit_in_bytes`` is an honest memory
+  limit across all the run's processes, page cache and tmpfs included.
+* **The host is a child subreaper** (``PR_SET_CHILD_SUBREAPER``): a process whose parent
+  dies is re-parented to the host instead of to PID 1 (which, in containers, often reaps
+  nobody), so the host can reap every process of a run it killed, and no zombie is left.
+  Without a cgroup, the same property lets the host find a run's escaped processes.
+
+The runner itself is also a subreaper, so while it lives every descendant of the program
+stays in its process tree; the fallback (no cgroup) kills that tree repeatedly until it is
+empty.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import functools
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Final
+
+import psutil
+
+__all__ = [
+    "CgroupSet",
+    "become_subreaper",
+    "dead_children",
+    "cgroup_support",
+    "kill_tree",
+    "reap",
+    "session_zombies",
+    "zombie_children",
+]
+
+_PR_SET_CHILD_SUBREAPER: Final = 36
+_CGROUP_ROOT: Final = Path("/sys/fs/cgroup")
+_CONTROLLERS: Final = ("pids", "freezer", "memory")
+_subreaper = False
+
+
+def become_subreaper() -> bool:
+    """Make this (host) process a child subreaper, once. Returns whether it is one."""
+    global _subreaper
+    if not _subreaper:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            _subreaper = libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+        except (OSError, AttributeError):
+            _subreaper = False
+    return _subreaper
+
+
+def _own_cgroup(controller: str) -> Path | None:
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, names, path = line.split(":", 2)
+        if controller in names.split(","):
+            return _CGROUP_ROOT / controller / path.lstrip("/")
+    return None
+
+
+def _base(controller: str) -> Path | None:
+    own = _own_cgroup(controller)
+    if own is None or not own.is_dir():
+        return None
+    return own / "sandbox-runtime"
+
+
+@functools.cache
+def cgroup_support() -> dict[str, str | None]:
+    """For each controller, None if per-run cgroups can be made, else why not."""
+    out: dict[str, str | None] = {}
+    for controller in _CONTROLLERS:
+        base = _base(controller)
+        if base is None:
+            out[controller] = f"no cgroup v1 {controller} hierarchy mounted"
+            continue
+        try:
+            base.mkdir(exist_ok=True)
+            probe = base / f"probe-{os.getpid()}"
+            probe.mkdir(exist_ok=True)
+            probe.rmdir()
+        except OSError as exc:
+            out[controller] = f"cannot create cgroups under {base}: {exc.strerror}"
+        else:
+            out[controller] = None
+    return out
+
+
+class CgroupSet:
+    """One run's cgroups, one per controller. Use :meth:`create`; always :meth:`remove`."""
+
+    def __init__(self, dirs: dict[str, Path]) -> None:
+        self.dirs = dirs
+
+    @classmethod
+    def create(cls, name: str, *, memory: int | None, pids: int | None) -> CgroupSet:
+        """Make the run's cgroups and set their limits.
+
+        Raises:
+            OSError: a cgroup could not be made or limited (whatever was made is removed).
+        """
+        dirs: dict[str, Path] = {}
+        made = cls(dirs)
+        try:
+            for controller in _CONTROLLERS:
+                base = _base(controller)
+                if base is None:
+                    raise OSError(errno.ENOENT, f"no {controller} cgroup hierarchy")
+                base.mkdir(exist_ok=True)
+                path = base / name
+                path.mkdir()
+                dirs[controller] = path
+            if pids is not None:
+                (dirs["pids"] / "pids.max").write_text(str(pids))
+            if memory is not None:
+                mem = dirs["memory"]
+                (mem / "memory.limit_in_bytes").write_text(str(memory))
+                swap = mem / "memory.memsw.limit_in_bytes"
+                if swap.exists():  # no escape into swap
+                    swap.write_text(str(memory))
+        except BaseException:
+            made.remove()
+            raise
+        return made
+
+    def add(self, pid: int) -> None:
+        """Put ``pid`` in every cgroup of the set (before it runs untrusted code)."""
+        for path in self.dirs.values():
+            (path / "cgroup.procs").write_text(str(pid))
+
+    def pids(self) -> set[int]:
+        """Every process in the run's cgroups now."""
+        found: set[int] = set()
+        for path in self.dirs.values():
+            with contextlib.suppress(OSError):
+                found.update(int(x) for x in (path / "cgroup.procs").read_text().split())
+        return found
+
+    def kill_all(self, *, spare: int | None = None, timeout: float = 5.0) -> set[int]:
+        """Kill every member (but ``spare``) until none is left; return every pid to reap.
+
+        Each pass freezes the cgroups (nothing in them can fork, exit or run), lists the
+        members and the zombie children of the members (dead processes that are not
+        members any more, but will be re-parented to the host and must be reaped), sends
+        SIGKILL to the members, and thaws so that the kills land.
+        """
+        freezer = self.dirs.get("freezer")
+        state = None if freezer is None else freezer / "freezer.state"
+        found: set[int] = set()
+        deadline = time.monotonic() + timeout
+        while True:
+            if state is not None:
+                with contextlib.suppress(OSError):
+                    state.write_text("FROZEN")
+                    while state.read_text().strip() == "FREEZING" and time.monotonic() < deadline:
+                        time.sleep(0.001)
+            members = self.pids()
+            members.discard(spare or 0)
+            found |= members | zombie_children(members | {spare or 0})
+            for pid in members:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            if state is not None:
+                with contextlib.suppress(OSError):
+                    state.write_text("THAWED")
+            if not members or time.monotonic() > deadline:
+                found.discard(spare or 0)
+                return found
+            time.sleep(0.001)
+
+    def memory_peak(self) -> int | None:
+        """The most memory the run's processes used at once, in bytes."""
+        return self._read_int("memory", "memory.max_usage_in_bytes")
+
+    def memory_exceeded(self) -> bool:
+        """Whether the run hit its memory limit (allocations failed or the OOM killer ran)."""
+        mem = self.dirs.get("memory")
+        if mem is None:
+            return False
+        with contextlib.suppress(OSError, ValueError):
+            for line in (mem / "memory.oom_control").read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill" and int(value) > 0:
+                    return True
+        return bool(self._read_int("memory", "memory.failcnt"))
+
+    def pids_exceeded(self) -> bool:
+        """Whether a fork was refused because the run hit its process limit."""
+        pids = self.dirs.get("pids")
+        if pids is None:
+            return False
+        with contextlib.suppress(OSError, ValueError):
+            events = (pids / "pids.events").read_text().split()
+            return len(events) >= 2 and int(events[1]) > 0
+        return False
+
+    def _read_int(self, controller: str, name: str) -> int | None:
+        path = self.dirs.get(controller)
+        if path is None:
+            return None
+        try:
+            return int((path / name).read_text())
+        except (OSError, ValueError):
+            return None
+
+    def remove(self) -> None:
+        """Remove the run's cgroups (they must be empty: call :meth:`kill_all` first)."""
+        for path in self.dirs.values():
+            for _ in range(100):
+                try:
+                    path.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.01)  # members still exiting
+        self.dirs = {}
+
+
+def kill_tree(root: int, timeout: float = 5.0) -> set[int]:
+    """SIGKILL every descendant of ``root`` (not ``root``) until none is left.
+
+    The fallback without cgroups: it relies on ``root`` being a live subreaper, so that no
+    descendant can leave its tree. Returns every pid to reap, zombies included.
+    """
+    found: set[int] = set()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            kids = psutil.Process(root).children(recursive=True)
+        except psutil.Error:
+            return found
+        found.update(kid.pid for kid in kids)
+        alive = [kid for kid in kids if _alive(kid)]
+        if not alive:
+            return found
+        for kid in alive:
+            with contextlib.suppress(psutil.Error):
+                kid.kill()
+    return found
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def zombie_children(parents: set[int]) -> set[int]:
+    """Zombies whose parent is one of ``parents``: to be reaped once re-parented to us."""
+    found: set[int] = set()
+    for proc in psutil.process_iter(["ppid", "status"]):
+        info = proc.info
+        if info["ppid"] in parents and info["status"] == psutil.STATUS_ZOMBIE:
+            found.add(proc.pid)
+    return found
+
+
+def dead_children(parent: int, timeout: float = 2.0) -> set[int]:
+    """Wait until every child of ``parent`` is a zombie (killing any that is not); list them.
+
+    After the run's processes are killed, the runner (their subreaper) holds every one of
+    them as a child. A process caught in the middle of exiting is neither a cgroup member
+    nor a zombie yet; this waits the milliseconds it needs, so that none is missed when
+    they all pass to the host to be reaped.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            kids = psutil.Process(parent).children()
+        except psutil.Error:
+            return set()
+        alive = [kid for kid in kids if _alive(kid)]
+        if not alive or time.monotonic() > deadline:
+            return {kid.pid for kid in kids}
+        for kid in alive:
+            with contextlib.suppress(psutil.Error):
+                kid.kill()
+        time.sleep(0.001)
+
+
+def session_zombies(sid: int) -> set[int]:
+    """Zombie children of this (host) process whose session is ``sid``."""
+    found: set[int] = set()
+    for proc in psutil.Process().children():
+        try:
+            if proc.status() == psutil.STATUS_ZOMBIE and os.getsid(proc.pid) == sid:
+                found.add(proc.pid)
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
+def reap(pids: set[int], timeout: float = 5.0) -> set[int]:
+    """Reap those of ``pids`` that are (or become) our children. Returns the ones left.
+
+    Dead processes of a run are re-parented to the host (a subreaper) as their parents
+    die; each is reaped here so that none stays a zombie.
+    """
+    left = set(pids)
+    deadline = time.monotonic() + timeout
+    while left:
+        for pid in list(left):
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                # Not our child (yet, or ever): gone if it no longer exists.
+                if not _exists(pid):
+                    left.discard(pid)
+                continue
+            if done:
+                left.discard(pid)
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.002)
+    return left
+
+
+def _exists(pid: int) -> bool:
+    try:
+        proc = psutil.Process(pid)
+        return proc.status() != psutil.STATUS_ZOMBIE or proc.ppid() != os.getpid()
+    except psutil.Error:
+        return False

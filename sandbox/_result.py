@@ -1,0 +1,59 @@
+"""What a run returns."""
+
+from __future__ import annotations
+
+from typing import Any, final
+
+import msgspec
+
+from protocol import Kind
+
+__all__ = ["RunResult"]
+
+
+@final
+class RunResult(msgspec.Struct, frozen=True, kw_only=True):
+    """How one run ended. Built by the library only.
+
+    Attributes:
+        ok: whether the program ran to the end and produced a value.
+        value: the program's value (its last expression), decoded from JSON.
+        kind: on failure, why (:class:`~protocol.Kind`); ``limit`` for any budget.
+        error: on failure, a reason for people (a traceback, the limit that was hit).
+        cause: on failure, what exactly: ``wall_clock``, ``memory``, ``cpu``,
+            ``processes``, ``protocol`` (the child broke the wire), ``crash`` (the child
+            died without a Result), or ``program`` (the program itself failed).
+        stdout, stderr: what the program printed, up to the budget's ``max_output``.
+        stdout_truncated, stderr_truncated: whether more was printed than kept.
+        stdout_bytes, stderr_bytes: how much was printed in all.
+        calls, bytes: tool calls and result bytes, as the parent counted them (authoritative).
+        reported_calls, reported_bytes: what the child claimed in its Result, if it sent one.
+        wall_time: seconds from spawn to the end of the run, cleanup included.
+        cpu_time: CPU seconds used by the run's processes, where known.
+        peak_memory: the most memory the run used at once, in bytes, where known.
+        exit_code: the runner's exit status, if it exited.
+        signal: the signal that ended the runner, if one did.
+        level: the isolation level the run used.
+    """
+
+    ok: bool
+    value: Any = None
+    kind: Kind | None = None
+    error: str = ""
+    cause: str | None = None
+    stdout: str = ""
+    stderr: str = ""
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    stdout_bytes: int = 0
+    stderr_bytes: int = 0
+    calls: int = 0
+    bytes: int = 0
+    reported_calls: int | None = None
+    reported_bytes: int | None = None
+    wall_time: float = 0.0
+    cpu_time: float | None = None
+    peak_memory: int | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+    level: str = "process"

@@ -1,0 +1,4 @@
+# Exits at once, without a Result.
+import os
+
+os._exit(0)

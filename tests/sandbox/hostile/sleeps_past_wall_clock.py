@@ -1,0 +1,4 @@
+# Sleeps far past any wall clock.
+import time
+
+time.sleep(600)

@@ -1,0 +1,119 @@
+"""Hostile programs: the host survives, the result is the right typed failure, nothing is left."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import psutil
+import pytest
+
+import sandbox
+from sandbox import Budget, Kind, Level, RunResult
+
+pytestmark = pytest.mark.anyio
+
+HOSTILE = Path(__file__).parent / "hostile"
+
+
+def echo(n: int) -> dict[str, int]:
+    return {"n": n}
+
+
+async def run_hostile(name: str, **budget: object) -> RunResult:
+    program = (HOSTILE / f"{name}.py").read_text()
+    return await sandbox.run(program, tools=[echo], budget=Budget(**budget))  # type: ignore[arg-type]
+
+
+needs_cgroups = pytest.mark.skipif(
+    "max_processes" in sandbox.unenforceable(Level.PROCESS),
+    reason=sandbox.unenforceable(Level.PROCESS).get("max_processes", ""),
+)
+
+
+@needs_cgroups
+async def test_fork_bomb() -> None:
+    """A fork bomb is held at max_processes, ended at the wall clock, and fully killed."""
+    result = await run_hostile("fork_bomb", wall_clock=2.0, max_processes=32)
+    assert not result.ok
+    assert (result.kind, result.cause) == (Kind.LIMIT, "wall_clock")
+
+
+async def test_ignores_sigterm() -> None:
+    """A program that ignores SIGTERM is killed at the wall clock all the same."""
+    result = await run_hostile("ignores_sigterm", wall_clock=1.0)
+    assert (result.kind, result.cause) == (Kind.LIMIT, "wall_clock")
+    assert result.wall_time < 20
+
+
+async def test_setsid_double_fork_leaves_no_survivor() -> None:
+    """A grandchild in its own session, its parent gone, dies with the run."""
+    result = await run_hostile("setsid_double_fork", wall_clock=20.0)
+    assert result.ok, result.error
+    grandchild = result.value
+    assert isinstance(grandchild, int)
+    assert not psutil.pid_exists(grandchild)
+
+
+async def test_floods_stdout() -> None:
+    """64 MiB of stdout costs the host max_output; the rest is counted and dropped."""
+    result = await run_hostile("floods_stdout", wall_clock=60.0, max_output=64 << 10)
+    assert result.ok, result.error
+    assert result.value == "done"
+    assert result.stdout_truncated
+    assert len(result.stdout) == 64 << 10
+    assert result.stdout_bytes == 64 << 20
+
+
+@pytest.mark.skipif(
+    "max_memory" in sandbox.unenforceable(Level.PROCESS),
+    reason=sandbox.unenforceable(Level.PROCESS).get("max_memory", ""),
+)
+async def test_allocates_past_the_memory_limit() -> None:
+    """An allocation past max_memory fails the run with `limit`, and memory is named."""
+    result = await run_hostile("allocates_past_limit", wall_clock=30.0, max_memory=128 << 20)
+    assert not result.ok
+    assert (result.kind, result.cause) == (Kind.LIMIT, "memory"), result.error
+    assert result.peak_memory is not None
+    assert result.peak_memory <= 128 << 20
+
+
+async def test_sleeps_past_the_wall_clock() -> None:
+    """A program asleep past the wall clock is ended at it."""
+    result = await run_hostile("sleeps_past_wall_clock", wall_clock=1.0)
+    assert (result.kind, result.cause) == (Kind.LIMIT, "wall_clock")
+    assert result.wall_time < 20
+
+
+async def test_never_sends_result() -> None:
+    """A runner that exits without a Result is a crash, with its exit status."""
+    result = await run_hostile("never_sends_result", wall_clock=20.0)
+    assert (result.kind, result.cause) == (Kind.UNKNOWN, "crash")
+    assert result.exit_code == 0
+
+
+async def test_closes_its_channels() -> None:
+    """A program that closes the protocol's channels ends its run without hanging the host."""
+    result = await run_hostile("closes_its_channels", wall_clock=20.0)
+    assert (result.kind, result.cause) == (Kind.UNKNOWN, "crash")
+    assert result.wall_time < 20
+
+
+async def test_garbage_on_the_call_channel() -> None:
+    """Garbage on the call channel ends the run at once as a protocol failure."""
+    result = await run_hostile("garbage_on_call_channel", wall_clock=20.0)
+    assert (result.kind, result.cause) == (Kind.UNKNOWN, "protocol")
+    assert result.wall_time < 20
+
+
+async def test_lies_in_result() -> None:
+    """Counts the child invents are reported as such; the parent's own counts stand."""
+    result = await run_hostile("lies_in_result", wall_clock=20.0)
+    assert result.ok, result.error
+    assert (result.reported_calls, result.reported_bytes) == (1000, 10**9)
+    assert (result.calls, result.bytes) == (1, len('{"n":1}'))
+
+
+async def test_cpu_limit() -> None:
+    """A program that spins past max_cpu is ended with `limit`, cause cpu."""
+    result = await sandbox.run("while True: pass", budget=Budget(wall_clock=30.0, max_cpu=1.0))
+    assert (result.kind, result.cause) == (Kind.LIMIT, "cpu"), result.error
