@@ -1,0 +1,231 @@
+"""Every budget item, exceeded; every impossible budget, refused before anything runs."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+import sandbox
+from sandbox import Budget, BudgetError, BudgetUnsupported, Kind, Level, Tool, ToolError
+
+pytestmark = pytest.mark.anyio
+
+
+def fetch(n: int) -> str:
+    """Ten bytes of JSON per call (an 8-character string, quoted)."""
+    return f"{n:08d}"
+
+
+async def slow(seconds: float) -> str:
+    await anyio.sleep(seconds)
+    return "done"
+
+
+CATCHING = """
+from protocol import CallError
+outcomes = []
+for i in range({n}):
+    try:
+        host.fetch(i)
+        outcomes.append("ok")
+    except CallError as exc:
+        outcomes.append(exc.kind.value)
+outcomes
+"""
+
+
+async def test_max_calls() -> None:
+    """Past max_calls, each further call fails `limit` in the program; the parent counts."""
+    result = await sandbox.run(CATCHING.format(n=5), tools=[fetch], budget=Budget(max_calls=3))
+    assert result.ok, result.error
+    assert result.value == ["ok", "ok", "ok", "limit", "limit"]
+    assert result.calls == 3
+
+
+async def test_max_calls_uncaught_fails_the_run_as_limit() -> None:
+    """A quota failure the program does not catch fails the run with kind `limit`."""
+    result = await sandbox.run(
+        "for i in range(5): host.fetch(i)", tools=[fetch], budget=Budget(max_calls=2)
+    )
+    assert (result.ok, result.kind) == (False, Kind.LIMIT)
+    assert "quota" in result.error
+
+
+async def test_max_bytes() -> None:
+    """Results past max_bytes are withheld as `limit`; the bytes delivered stay within it."""
+    result = await sandbox.run(CATCHING.format(n=4), tools=[fetch], budget=Budget(max_bytes=25))
+    assert result.ok, result.error
+    assert result.value == ["ok", "ok", "limit", "limit"]
+    assert result.bytes == 20
+
+
+async def test_inflight_cap() -> None:
+    """Calls over max_inflight are refused at once with `limit`, never queued."""
+    program = """
+import asyncio
+from protocol import CallError
+results = await asyncio.gather(*(host.slow(0.5) for _ in range(10)), return_exceptions=True)
+[r if isinstance(r, str) else r.kind.value for r in results]
+"""
+    result = await sandbox.run(program, tools=[slow], budget=Budget(max_inflight=4))
+    assert result.ok, result.error
+    assert sorted(result.value) == ["done"] * 4 + ["limit"] * 6
+    assert result.calls == 4
+
+
+async def test_call_deadline() -> None:
+    """A call past max_call_deadline fails `transient` at the deadline, not when it ends."""
+    program = """
+from protocol import CallError
+try:
+    host.slow(30)
+    outcome = "answered"
+except CallError as exc:
+    outcome = exc.kind.value
+outcome
+"""
+    result = await sandbox.run(
+        program, tools=[slow], budget=Budget(max_call_deadline=0.5, wall_clock=20)
+    )
+    assert result.ok, result.error
+    assert result.value == "transient"
+    assert result.wall_time < 20
+
+
+async def test_wall_clock_with_calls_in_flight() -> None:
+    """The wall clock ends a run whose program waits on a slow host call."""
+    result = await sandbox.run("host.slow(60)", tools=[slow], budget=Budget(wall_clock=1.0))
+    assert (result.kind, result.cause) == (Kind.LIMIT, "wall_clock")
+    assert result.wall_time < 20
+
+
+async def test_max_file_size() -> None:
+    """A write past max_file_size fails in the program (EFBIG), and the host is unharmed."""
+    program = """
+try:
+    with open("big", "wb") as f:
+        f.write(b"x" * 200_000)
+    outcome = "written"
+except OSError as exc:
+    outcome = exc.errno
+outcome
+"""
+    result = await sandbox.run(program, budget=Budget(max_file_size=100_000))
+    assert result.ok, result.error
+    import errno
+
+    assert result.value == errno.EFBIG
+
+
+async def test_max_open_files() -> None:
+    """Opening descriptors past max_open_files fails in the program (EMFILE)."""
+    program = """
+import os
+fds = []
+try:
+    while True:
+        fds.append(os.open("/dev/null", os.O_RDONLY))
+except OSError as exc:
+    outcome = [exc.errno, len(fds) < 64]
+outcome
+"""
+    result = await sandbox.run(program, budget=Budget(max_open_files=64))
+    assert result.ok, result.error
+    import errno
+
+    assert result.value == [errno.EMFILE, True]
+
+
+def test_impossible_budgets_are_refused_when_built() -> None:
+    """Negative counts, zero or infinite times, tiny descriptor limits: a BudgetError each."""
+    for bad in (
+        {"wall_clock": 0},
+        {"wall_clock": float("inf")},
+        {"wall_clock": float("nan")},
+        {"max_calls": -1},
+        {"max_bytes": -5},
+        {"max_inflight": 0},
+        {"max_call_deadline": -1.0},
+        {"max_memory": 0},
+        {"max_cpu": 0},
+        {"max_output": -1},
+        {"max_open_files": 3},
+        {"max_processes": 0},
+    ):
+        with pytest.raises(BudgetError):
+            Budget(**bad)  # type: ignore[arg-type]
+
+
+async def test_an_item_the_level_cannot_enforce_is_refused_before_spawning(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On a host without a memory cgroup, asking for max_memory is refused, never ignored."""
+    import sandbox._levels as levels
+
+    monkeypatch.setattr(levels, "_process_gaps", lambda: {"max_memory": "no memory cgroup"})
+    with pytest.raises(BudgetUnsupported, match="max_memory") as info:
+        await sandbox.run("1", budget=Budget(max_memory=1 << 30))
+    assert info.value.items == ["max_memory"]
+    assert info.value.level == "process"
+    # Items it can enforce still run.
+    assert (await sandbox.run("1", budget=Budget(max_calls=1))).value == 1
+
+
+async def test_unknown_level_is_refused() -> None:
+    """A level that does not exist is a ValueError, before anything runs."""
+    with pytest.raises(ValueError):
+        await sandbox.run("1", level="vm")
+
+
+def test_reports_what_this_host_cannot_enforce() -> None:
+    """unenforceable() names each item the process level cannot enforce here, with a reason."""
+    gaps = sandbox.unenforceable(Level.PROCESS)
+    assert set(gaps) <= {"max_memory", "max_processes"}
+    assert all(reason for reason in gaps.values())
+
+
+async def test_tool_problems() -> None:
+    """Duplicate or bad tool names are refused; an unknown tool is `invalid` in the program."""
+    with pytest.raises(ToolError):
+        sandbox.Toolset([Tool(fetch), Tool(fetch)])
+    with pytest.raises(ToolError):
+        Tool(fetch, name="not a name")
+    program = """
+from protocol import CallError
+try:
+    host.fetch(a=1, b=2)
+    outcome = "sent"
+except (CallError, TypeError) as exc:
+    outcome = type(exc).__name__
+outcome
+"""
+    result = await sandbox.run(program, tools=[fetch])
+    assert result.ok, result.error
+    assert result.value == "TypeError"  # the runner checks the signature before sending
+
+
+async def test_tool_failures_reach_the_program_classified() -> None:
+    """A tool that raises is `raised` in the program; a value that is not JSON too."""
+
+    def broken() -> None:
+        raise RuntimeError("disk on fire")
+
+    def weird() -> object:
+        return object()
+
+    program = """
+from protocol import CallError
+out = []
+for call in (host.broken, host.weird):
+    try:
+        call()
+    except CallError as exc:
+        out.append([exc.kind.value, exc.message])
+out
+"""
+    result = await sandbox.run(program, tools=[broken, weird])
+    assert result.ok, result.error
+    (k1, m1), (k2, m2) = result.value
+    assert (k1, k2) == ("raised", "raised")
+    assert "disk on fire" in m1
+    assert "not JSON" in m2
