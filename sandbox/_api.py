@@ -8,6 +8,7 @@ from typing import Any
 import anyio
 
 from ._budget import Budget
+from ._inprocess import run_in_process
 from ._levels import Level, cgroups_usable, check_budget
 from ._process import run_process
 from ._result import RunResult
@@ -47,6 +48,8 @@ async def run(
     budget = budget or Budget()
     check_budget(level, budget)
     toolset = tools if isinstance(tools, Toolset) else Toolset(tools)
+    if level is Level.IN_PROCESS:
+        return await run_in_process(program, toolset, budget)
     return await run_process(program, toolset, budget, use_cgroups=cgroups_usable())
 
 

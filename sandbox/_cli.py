@@ -27,6 +27,8 @@ from ._tools import Tool, Toolset
 __all__ = ["main"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_LIMIT, EXIT_SANDBOX = 0, 1, 2, 3, 4
+#: A program that runs longer than this on the command line has most likely hung.
+DEFAULT_TIMEOUT = 30.0
 
 
 def _size(text: str) -> int:
@@ -61,7 +63,13 @@ def _parser() -> argparse.ArgumentParser:
         default=Level.PROCESS.value,
         help="isolation level (default: %(default)s)",
     )
-    r.add_argument("--timeout", type=float, default=30.0, help="wall clock, seconds (default: 30)")
+    r.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help=f"wall clock, seconds (default: {DEFAULT_TIMEOUT:g} at the process level; "
+        "in_process cannot enforce one)",
+    )
     r.add_argument("--max-calls", type=int, default=0, help="tool calls allowed (0: no limit)")
     r.add_argument("--max-bytes", type=_size, default=0, help="result bytes allowed (0: no limit)")
     r.add_argument("--max-inflight", type=int, default=64, help="tool calls in flight at once")
@@ -120,8 +128,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"sandbox: cannot read {args.program}: {exc.strerror}", file=sys.stderr)
             return EXIT_SANDBOX
     try:
+        timeout = args.timeout
+        if timeout is None and args.level != Level.IN_PROCESS:
+            timeout = DEFAULT_TIMEOUT
         budget = Budget(
-            wall_clock=args.timeout,
+            wall_clock=timeout,
             max_calls=args.max_calls,
             max_bytes=args.max_bytes,
             max_inflight=args.max_inflight,

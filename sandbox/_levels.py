@@ -15,16 +15,29 @@ __all__ = ["Level", "cgroups_usable", "check_budget", "unenforceable"]
 class Level(enum.StrEnum):
     """How strong the wall between the program and the host is.
 
+    * ``in_process``: no wall; trusted code only. The program runs in a thread of the host
+      process with the same call semantics and call budgets; the baseline for measuring
+      what isolation costs.
     * ``process``: a fresh child process per run: own session, scrubbed environment,
       private working directory, only its channels and stdio inherited, rlimits, a per-run
       cgroup where the host allows one, death with the host, no survivors.
     """
 
+    IN_PROCESS = "in_process"
     PROCESS = "process"
 
 
 # Items every level enforces: the parent's Server counts and times every call.
 _CALL_ITEMS = frozenset({"max_calls", "max_bytes", "max_call_deadline"})
+# Items only a process boundary can enforce.
+_PROCESS_ONLY = (
+    "wall_clock",
+    "max_memory",
+    "max_cpu",
+    "max_file_size",
+    "max_open_files",
+    "max_processes",
+)
 
 
 @functools.cache
@@ -44,8 +57,10 @@ def _process_gaps() -> dict[str, str]:
 
 def unenforceable(level: Level) -> dict[str, str]:
     """Budget items ``level`` cannot enforce on this host, with the reason for each."""
-    assert level is Level.PROCESS
-    return dict(_process_gaps())
+    if level is Level.PROCESS:
+        return dict(_process_gaps())
+    reason = "in_process runs in a thread of the host: nothing can stop or limit it"
+    return dict.fromkeys(_PROCESS_ONLY, reason)
 
 
 def check_budget(level: Level, budget: Budget) -> None:

@@ -90,7 +90,16 @@ _INTERNAL_DIRS: Final = tuple(
 
 @final
 class PythonBackend:
-    """Runs Python source (see the module docstring)."""
+    """Runs Python source (see the module docstring).
+
+    Args:
+        as_main: install the program's module as ``sys.modules["__main__"]``, as the
+            runner process does (its ``__main__`` is nobody else's). A host that runs a
+            program in its own process (the ``in_process`` level) passes False.
+    """
+
+    def __init__(self, *, as_main: bool = True) -> None:
+        self._as_main = as_main
 
     def prepare(self) -> None:
         """Nothing to load: ast, linecache and types are loaded with the runner itself."""
@@ -109,7 +118,7 @@ class PythonBackend:
             return Outcome.failure(Kind.INVALID, f"the program does not compile: {exc}")
         except MemoryError:
             return Outcome.failure(Kind.LIMIT, "out of memory while compiling the program")
-        return _execute(code, host)
+        return _execute(code, host, as_main=self._as_main)
 
 
 def compile_program(source: str) -> types.CodeType:
@@ -138,18 +147,19 @@ def compile_program(source: str) -> types.CodeType:
     return code
 
 
-def _new_main(host: Host) -> types.ModuleType:
-    """A fresh ``__main__`` module holding ``host``, installed in ``sys.modules``."""
+def _new_main(host: Host, *, install: bool) -> types.ModuleType:
+    """A fresh ``__main__`` module holding ``host``, installed in ``sys.modules`` if asked."""
     module = types.ModuleType("__main__")
     namespace = module.__dict__
     namespace["__builtins__"] = builtins
     namespace["host"] = host
-    sys.modules["__main__"] = module
+    if install:
+        sys.modules["__main__"] = module
     return module
 
 
-def _execute(code: types.CodeType, host: Host) -> Outcome:
-    namespace = _new_main(host).__dict__
+def _execute(code: types.CodeType, host: Host, *, as_main: bool) -> Outcome:
+    namespace = _new_main(host, install=as_main).__dict__
     try:
         if code.co_flags & _CO_COROUTINE:
             import asyncio

@@ -10,6 +10,9 @@ from sandbox import Budget, BudgetError, BudgetUnsupported, Kind, Level, Tool, T
 
 pytestmark = pytest.mark.anyio
 
+#: The call budgets hold the same at every level: the same Server counts every call.
+levels = pytest.mark.parametrize("level", [Level.IN_PROCESS, Level.PROCESS])
+
 
 def fetch(n: int) -> str:
     """Ten bytes of JSON per call (an 8-character string, quoted)."""
@@ -34,32 +37,40 @@ outcomes
 """
 
 
-async def test_max_calls() -> None:
+@levels
+async def test_max_calls(level: Level) -> None:
     """Past max_calls, each further call fails `limit` in the program; the parent counts."""
-    result = await sandbox.run(CATCHING.format(n=5), tools=[fetch], budget=Budget(max_calls=3))
+    result = await sandbox.run(
+        CATCHING.format(n=5), tools=[fetch], budget=Budget(max_calls=3), level=level
+    )
     assert result.ok, result.error
     assert result.value == ["ok", "ok", "ok", "limit", "limit"]
     assert result.calls == 3
 
 
-async def test_max_calls_uncaught_fails_the_run_as_limit() -> None:
+@levels
+async def test_max_calls_uncaught_fails_the_run_as_limit(level: Level) -> None:
     """A quota failure the program does not catch fails the run with kind `limit`."""
     result = await sandbox.run(
-        "for i in range(5): host.fetch(i)", tools=[fetch], budget=Budget(max_calls=2)
+        "for i in range(5): host.fetch(i)", tools=[fetch], budget=Budget(max_calls=2), level=level
     )
     assert (result.ok, result.kind) == (False, Kind.LIMIT)
     assert "quota" in result.error
 
 
-async def test_max_bytes() -> None:
+@levels
+async def test_max_bytes(level: Level) -> None:
     """Results past max_bytes are withheld as `limit`; the bytes delivered stay within it."""
-    result = await sandbox.run(CATCHING.format(n=4), tools=[fetch], budget=Budget(max_bytes=25))
+    result = await sandbox.run(
+        CATCHING.format(n=4), tools=[fetch], budget=Budget(max_bytes=25), level=level
+    )
     assert result.ok, result.error
     assert result.value == ["ok", "ok", "limit", "limit"]
     assert result.bytes == 20
 
 
-async def test_inflight_cap() -> None:
+@levels
+async def test_inflight_cap(level: Level) -> None:
     """Calls over max_inflight are refused at once with `limit`, never queued."""
     program = """
 import asyncio
@@ -67,13 +78,14 @@ from protocol import CallError
 results = await asyncio.gather(*(host.slow(0.5) for _ in range(10)), return_exceptions=True)
 [r if isinstance(r, str) else r.kind.value for r in results]
 """
-    result = await sandbox.run(program, tools=[slow], budget=Budget(max_inflight=4))
+    result = await sandbox.run(program, tools=[slow], budget=Budget(max_inflight=4), level=level)
     assert result.ok, result.error
     assert sorted(result.value) == ["done"] * 4 + ["limit"] * 6
     assert result.calls == 4
 
 
-async def test_call_deadline() -> None:
+@levels
+async def test_call_deadline(level: Level) -> None:
     """A call past max_call_deadline fails `transient` at the deadline, not when it ends."""
     program = """
 from protocol import CallError
@@ -84,8 +96,9 @@ except CallError as exc:
     outcome = exc.kind.value
 outcome
 """
+    wall = None if level is Level.IN_PROCESS else 20.0
     result = await sandbox.run(
-        program, tools=[slow], budget=Budget(max_call_deadline=0.5, wall_clock=20)
+        program, tools=[slow], budget=Budget(max_call_deadline=0.5, wall_clock=wall), level=level
     )
     assert result.ok, result.error
     assert result.value == "transient"
@@ -153,7 +166,7 @@ def test_impossible_budgets_are_refused_when_built() -> None:
         {"max_processes": 0},
     ):
         with pytest.raises(BudgetError):
-            Budget(**bad)  # type: ignore[arg-type]
+            Budget(**bad)
 
 
 async def test_an_item_the_level_cannot_enforce_is_refused_before_spawning(
@@ -204,7 +217,8 @@ outcome
     assert result.value == "TypeError"  # the runner checks the signature before sending
 
 
-async def test_tool_failures_reach_the_program_classified() -> None:
+@levels
+async def test_tool_failures_reach_the_program_classified(level: Level) -> None:
     """A tool that raises is `raised` in the program; a value that is not JSON too."""
 
     def broken() -> None:
@@ -223,9 +237,26 @@ for call in (host.broken, host.weird):
         out.append([exc.kind.value, exc.message])
 out
 """
-    result = await sandbox.run(program, tools=[broken, weird])
+    result = await sandbox.run(program, tools=[broken, weird], level=level)
     assert result.ok, result.error
     (k1, m1), (k2, m2) = result.value
     assert (k1, k2) == ("raised", "raised")
     assert "disk on fire" in m1
     assert "not JSON" in m2
+
+
+async def test_in_process_refuses_what_only_a_process_can_enforce() -> None:
+    """in_process cannot stop a thread or cap its memory: those items are refused."""
+    for item in ("wall_clock", "max_memory", "max_cpu", "max_processes", "max_open_files"):
+        with pytest.raises(BudgetUnsupported, match=item):
+            await sandbox.run("1", budget=Budget(**{item: 64}), level=Level.IN_PROCESS)
+
+
+async def test_in_process_leaves_the_hosts_main_module_alone() -> None:
+    """A program run in the host's process gets its own __main__, not the host's."""
+    import sys
+
+    before = sys.modules["__main__"]
+    result = await sandbox.run("__name__", level=Level.IN_PROCESS)
+    assert result.value == "__main__"
+    assert sys.modules["__main__"] is before

@@ -1,0 +1,91 @@
+"""The ``in_process`` level: no wall at all, for trusted code and as the overhead baseline.
+
+The program runs in a worker thread of the host process, with the runner's own Python
+backend (so its value, its ``host`` object, its failures are exactly the ``process``
+level's). Its host calls go through the same pair of roles as at every level, the
+parent's :class:`~protocol.Server` and the child's :class:`~protocol.Client`, over a pipe
+inside the host process: the call budgets (calls, bytes, in-flight cap, call deadline)
+behave exactly as they do across processes. What is left out is the process, and with it
+everything only a process boundary can give, so this level refuses those budget items:
+the wall clock (a thread cannot be killed), memory, CPU, files and processes. It does not
+capture output (the program prints to the host's own stdout and stderr), and cancelling
+the host's task waits for the program to finish.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+import uuid
+
+import anyio
+import anyio.to_thread
+import msgspec
+
+from protocol import VERSION, Client, FdChannel, Kind, Server, Start, StartBudget
+from runner._backends import Outcome
+from runner._backends.python import PythonBackend
+
+from ._budget import Budget
+from ._result import RunResult
+from ._tools import Toolset
+
+__all__ = ["run_in_process"]
+
+
+async def run_in_process(program: str, toolset: Toolset, budget: Budget) -> RunResult:
+    """Run ``program`` in a thread of this process (see the module docstring)."""
+    t0 = time.perf_counter()
+    down, up = os.pipe(), os.pipe()
+    server = Server(
+        FdChannel(up[0], down[1]),
+        toolset.handle,
+        max_calls=budget.max_calls,
+        max_bytes=budget.max_bytes,
+        max_inflight=budget.max_inflight,
+        max_call_deadline=budget.max_call_deadline,
+    )
+    client = Client(down[0], up[1])
+    start = Start(
+        v=VERSION,
+        program=program,
+        bindings=toolset.bindings(),
+        budget=StartBudget(max_calls=budget.max_calls, max_bytes=budget.max_bytes),
+        result_id=uuid.uuid4().hex,
+    )
+    backend = PythonBackend(as_main=False)
+
+    def execute() -> tuple[Outcome, float]:
+        started = time.thread_time()
+        try:
+            return backend.run(start, client), time.thread_time() - started
+        finally:
+            client.close()  # the server then reads EOF and returns
+
+    async def serve() -> None:
+        # The program closes its end when it finishes, answers to calls it abandoned
+        # still pending: the server ends then, and that is no error.
+        with contextlib.suppress(anyio.BrokenResourceError):
+            await server.serve()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(serve)
+        outcome, cpu = await anyio.to_thread.run_sync(execute)
+    stats = server.statistics()
+    base = RunResult(
+        ok=False,
+        calls=stats.calls,
+        bytes=stats.bytes,
+        reported_calls=client.calls_made,
+        reported_bytes=client.bytes_received,
+        wall_time=time.perf_counter() - t0,
+        cpu_time=cpu,
+        level="in_process",
+    )
+    replace = msgspec.structs.replace
+    if not outcome.ok:
+        return replace(
+            base, kind=outcome.kind or Kind.UNKNOWN, cause="program", error=outcome.error
+        )
+    return replace(base, ok=True, value=msgspec.json.decode(outcome.value))
