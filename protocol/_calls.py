@@ -187,7 +187,7 @@ class ServerCore:
         Raises:
             RemoteProtocolError: the child sent garbage (bad framing, bad frame, version).
         """
-        frame = self._decoder.next_frame()
+        frame = self._decoder.next_frame_view()
         if isinstance(frame, Signal):
             return frame
         return decode(REQUEST_DECODER, frame)
@@ -405,7 +405,7 @@ class ClientCore:
         Raises:
             RemoteProtocolError: garbage, or a Response for no pending call.
         """
-        frame = self._decoder.next_frame()
+        frame = self._decoder.next_frame_view()
         if isinstance(frame, Signal):
             if frame is Signal.CLOSED:
                 self._closed = True

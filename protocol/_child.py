@@ -19,6 +19,7 @@ flight fails with ``CallError(Kind.CANCELED)`` and so does every later call.
 from __future__ import annotations
 
 import errno
+import math
 import os
 import select
 import sys
@@ -53,10 +54,14 @@ def _write_all(fd: int, data: bytes | bytearray) -> None:
             view = view[n:]
 
 
-def _wait_readable(fd: int, timeout: float | None) -> bool:
+def _poller(fd: int) -> select.poll:
     poller = select.poll()
     poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
-    ms = None if timeout is None else max(0, int(timeout * 1000))
+    return poller
+
+
+def _wait_readable(poller: select.poll, timeout: float | None) -> bool:
+    ms = None if timeout is None else max(0, math.ceil(timeout * 1000))
     return bool(poller.poll(ms))
 
 
@@ -97,6 +102,7 @@ class Client:
             os.set_blocking(write_fd, True)
         self._rfd = read_fd
         self._wfd = write_fd
+        self._poller = _poller(read_fd)
         self._core = ClientCore()
         self._cond = threading.Condition(threading.Lock())
         self._write_lock = threading.Lock()
@@ -158,7 +164,7 @@ class Client:
                 self._reading = True
                 self._cond.release()
                 try:
-                    _wait_readable(self._rfd, None)
+                    _wait_readable(self._poller, None)
                     data = self._read()
                 finally:
                     self._cond.acquire()
@@ -300,6 +306,7 @@ class Runner:
             os.set_blocking(write_fd, True)
         self._rfd = read_fd
         self._wfd = write_fd
+        self._poller = _poller(read_fd)
         self._core = RunnerCore()
         self._closed = False
 
@@ -323,7 +330,7 @@ class Runner:
             if isinstance(item, Start):
                 return item
             left = None if deadline is None else deadline - time.monotonic()
-            if (left is not None and left <= 0) or not _wait_readable(self._rfd, left):
+            if (left is not None and left <= 0) or not _wait_readable(self._poller, left):
                 self.close()
                 raise TimeoutError(f"no Start within {timeout} s")
             try:
@@ -360,7 +367,7 @@ class Runner:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             left = None if deadline is None else deadline - time.monotonic()
-            if (left is not None and left <= 0) or not _wait_readable(self._rfd, left):
+            if (left is not None and left <= 0) or not _wait_readable(self._poller, left):
                 return False
             try:
                 if not os.read(self._rfd, _READ_CHUNK):

@@ -60,11 +60,15 @@ class FrameDecoder:
         max_frame_bytes: the largest payload accepted; larger prefixes are refused.
     """
 
-    __slots__ = ("_buf", "_eof", "_error", "_max", "_pos")
+    __slots__ = ("_buf", "_eof", "_error", "_lent", "_lent_end", "_max", "_pos")
 
     def __init__(self, max_frame_bytes: int = MAX_FRAME_BYTES) -> None:
         self._buf = bytearray()
         self._pos = 0
+        # The frame lent out by next_frame_view(): (the buffer's view, the frame's view),
+        # and where it ends; consumed at the next call.
+        self._lent: tuple[memoryview, memoryview] | None = None
+        self._lent_end = 0
         self._eof = False
         self._error: ProtocolError | None = None
         self._max = max_frame_bytes
@@ -82,6 +86,7 @@ class FrameDecoder:
         """
         if self._error is not None:
             raise self._error
+        self._return_lent()
         if not data:
             self._eof = True
             return
@@ -90,14 +95,31 @@ class FrameDecoder:
         self._buf += data
 
     def next_frame(self) -> bytes | Signal:
-        """The next whole payload, or a :class:`Signal` when there is none.
+        """The next whole payload (a copy), or a :class:`Signal` when there is none.
 
         Raises:
             RemoteProtocolError: the peer's bytes break the framing (the decoder is then
                 dead: every later call raises the same error).
         """
+        frame = self.next_frame_view()
+        if isinstance(frame, Signal):
+            return frame
+        data = bytes(frame)
+        self._return_lent()
+        return data
+
+    def next_frame_view(self) -> memoryview | Signal:
+        """Like :meth:`next_frame`, without copying: a view of the payload in the buffer.
+
+        The view is valid until the next call to this decoder (which consumes the frame):
+        decode it at once. A 16 MiB frame is not copied once more just to be decoded.
+
+        Raises:
+            RemoteProtocolError: as :meth:`next_frame`.
+        """
         if self._error is not None:
             raise self._error
+        self._return_lent()
         buf = self._buf
         pos = self._pos
         avail = len(buf) - pos
@@ -109,9 +131,10 @@ class FrameDecoder:
                 raise self._fail(RemoteProtocolError("zero-length frame"))
             end = pos + PREFIX_BYTES + size
             if len(buf) >= end:
-                with memoryview(buf) as view:
-                    frame = bytes(view[pos + PREFIX_BYTES : end])
-                self._consume(end)
+                whole = memoryview(buf)
+                frame = whole[pos + PREFIX_BYTES : end]
+                self._lent = (whole, frame)
+                self._lent_end = end
                 return frame
         if self._eof:
             if avail == 0:
@@ -119,6 +142,14 @@ class FrameDecoder:
             where = "prefix" if avail < PREFIX_BYTES else "body"
             raise self._fail(TruncatedFrame(f"end of stream inside a frame's {where}"))
         return Signal.NEED_DATA
+
+    def _return_lent(self) -> None:
+        lent = self._lent
+        if lent is not None:
+            self._lent = None
+            lent[1].release()
+            lent[0].release()
+            self._consume(self._lent_end)
 
     def _consume(self, end: int) -> None:
         if end == len(self._buf):
@@ -132,6 +163,7 @@ class FrameDecoder:
 
     def _fail(self, error: ProtocolError) -> ProtocolError:
         self._error = error
+        self._return_lent()
         self._buf.clear()
         self._pos = 0
         return error

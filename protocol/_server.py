@@ -183,24 +183,17 @@ class Server:
         call_id = request.id
         try:
             out = self._handler(request)
-        except CallError as exc:
-            frame = self._core.settle_error(call_id, exc.kind, exc.message)
         except Exception as exc:
-            frame = self._core.settle_error(call_id, Kind.UNKNOWN, _describe(exc))
+            frame = self._settle_failure(call_id, exc)
         else:
-            if type(out) is str:
-                frame = self._core.settle(call_id, out)
-            elif inspect.isawaitable(out):
+            if type(out) is not str and inspect.isawaitable(out):
                 self._core.arm_deadline(call_id, request.deadline_ms, anyio.current_time())
                 self._wake_watcher()
                 self._unstarted[call_id] = out
                 assert self._tg is not None
                 self._tg.start_soon(self._run_async, call_id)
                 return
-            else:
-                frame = self._core.settle_error(
-                    call_id, Kind.UNKNOWN, f"handler returned {type(out).__name__}, not str"
-                )
+            frame = self._settle_value(call_id, out)
         if frame is not None:
             self._send(frame)
 
@@ -215,21 +208,27 @@ class Server:
             self._scopes[call_id] = scope
             try:
                 value = await aw
-            except CallError as exc:
-                frame = self._core.settle_error(call_id, exc.kind, exc.message)
             except Exception as exc:
-                frame = self._core.settle_error(call_id, Kind.UNKNOWN, _describe(exc))
+                frame = self._settle_failure(call_id, exc)
             else:
-                if type(value) is str:
-                    frame = self._core.settle(call_id, value)
-                else:
-                    frame = self._core.settle_error(
-                        call_id, Kind.UNKNOWN, f"handler returned {type(value).__name__}, not str"
-                    )
+                frame = self._settle_value(call_id, value)
             finally:
                 self._scopes.pop(call_id, None)
         if frame is not None:
             self._send(frame)
+
+    def _settle_value(self, call_id: str, value: object) -> bytearray | None:
+        if type(value) is str:
+            return self._core.settle(call_id, value)
+        return self._core.settle_error(
+            call_id, Kind.UNKNOWN, f"handler returned {type(value).__name__}, not str"
+        )
+
+    def _settle_failure(self, call_id: str, exc: Exception) -> bytearray | None:
+        """Invariant 2: a CallError keeps its kind; anything unclassified is ``unknown``."""
+        if isinstance(exc, CallError):
+            return self._core.settle_error(call_id, exc.kind, exc.message)
+        return self._core.settle_error(call_id, Kind.UNKNOWN, _describe(exc))
 
     # -- deadlines --------------------------------------------------------------------
 

@@ -94,11 +94,11 @@ class _Role:
             raise self._error
         self._decoder.receive_data(data)
 
-    def _next_frame(self, waiting_for: str) -> bytes | Signal:
+    def _next_frame(self, waiting_for: str) -> memoryview | Signal:
         if self._error is not None:
             raise self._error
         try:
-            frame = self._decoder.next_frame()
+            frame = self._decoder.next_frame_view()
         except ProtocolError as exc:
             raise self._fail(exc) from None
         if frame is Signal.CLOSED:

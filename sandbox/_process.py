@@ -27,6 +27,7 @@ tree), reap it all, remove the cgroups and the working directory.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import math
 import os
 import resource
@@ -82,6 +83,8 @@ _GRACE: Final = 0.5
 #: The longest the end of a run may take (killing, reaping, removing); it is shielded from
 #: cancellation, so it needs a deadline of its own.
 _CLEANUP_DEADLINE: Final = 10.0
+#: The call channel's pipe buffers: large enough for a big result to move in few reads.
+_PIPE_BYTES: Final = 1 << 20
 _BOOT: Final = "import sys; sys.path[:0] = {paths!r}; from runner._main import main; main()"
 
 
@@ -134,6 +137,15 @@ def _set_rlimits(pid: int, budget: Budget) -> None:
     resource.prlimit(pid, resource.RLIMIT_CORE, (0, 0))
 
 
+def _undo_setup(pipes: list[int], cgroups: CgroupSet | None, workdir: str) -> None:
+    """Remove what a run made before its child existed (the spawn failed)."""
+    for fd in pipes:
+        os.close(fd)
+    if cgroups is not None:
+        cgroups.remove()
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
 async def run_process(
     program: str, toolset: Toolset, budget: Budget, *, use_cgroups: bool
 ) -> RunResult:
@@ -156,14 +168,15 @@ async def run_process(
         for _ in range(6):
             pipes.extend(os.pipe())
     except OSError as exc:
-        for fd in pipes:
-            os.close(fd)
-        if cgroups is not None:
-            cgroups.remove()
-        shutil.rmtree(workdir, ignore_errors=True)
+        _undo_setup(pipes, cgroups, workdir)
         raise SpawnFailed(f"cannot prepare the run: {exc}") from exc
     # (read, write) pairs: start down/up, call down/up, stdout, stderr.
     sd_r, sd_w, su_r, su_w, cd_r, cd_w, cu_r, cu_w, out_r, out_w, err_r, err_w = pipes
+    for fd in (cd_w, cu_w):
+        # A 1 MiB pipe moves a large result in 16 reads, not 256 (PERF-NOTES: bulk
+        # transfer 1.2-1.3x faster); best effort, as pipe-max-size may forbid it.
+        with contextlib.suppress(OSError):
+            fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
     child_fds = (sd_r, su_w, cd_r, cu_w)
     argv = [
         sys.executable,
@@ -187,11 +200,7 @@ async def run_process(
             start_new_session=True,
         )
     except OSError as exc:
-        for fd in pipes:
-            os.close(fd)
-        if cgroups is not None:
-            cgroups.remove()
-        shutil.rmtree(workdir, ignore_errors=True)
+        _undo_setup(pipes, cgroups, workdir)
         raise SpawnFailed(f"cannot start the runner: {exc}") from exc
     for fd in (*child_fds, out_w, err_w):
         os.close(fd)

@@ -14,9 +14,10 @@ How a tool runs, chosen by what it is:
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import keyword
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from typing import Any, final
 
 import anyio
@@ -175,34 +176,33 @@ def _check_args(t: Tool, kwargs: dict[str, Any]) -> None:
         raise _bind_error(t, exc) from None
 
 
-def _call(t: Tool, kwargs: dict[str, Any]) -> str:
-    _check_args(t, kwargs)
+@contextlib.contextmanager
+def _raised_as_call_error(t: Tool) -> Iterator[None]:
+    """A tool's own CallError passes through; any other exception becomes ``raised``."""
     try:
-        value = t.fn(**kwargs)
+        yield
     except CallError:
         raise
     except Exception as exc:
         raise CallError(Kind.RAISED, f"{t.name}: {type(exc).__name__}: {exc}") from exc
+
+
+def _call(t: Tool, kwargs: dict[str, Any]) -> str:
+    _check_args(t, kwargs)
+    with _raised_as_call_error(t):
+        value = t.fn(**kwargs)
     return _encode(t, value)
 
 
 async def _run_thread(t: Tool, kwargs: dict[str, Any]) -> str:
     _check_args(t, kwargs)
-    try:
+    with _raised_as_call_error(t):
         value = await anyio.to_thread.run_sync(lambda: t.fn(**kwargs), abandon_on_cancel=True)
-    except CallError:
-        raise
-    except Exception as exc:
-        raise CallError(Kind.RAISED, f"{t.name}: {type(exc).__name__}: {exc}") from exc
     return _encode(t, value)
 
 
 async def _run_async(t: Tool, kwargs: dict[str, Any]) -> str:
     _check_args(t, kwargs)
-    try:
+    with _raised_as_call_error(t):
         value = await t.fn(**kwargs)
-    except CallError:
-        raise
-    except Exception as exc:
-        raise CallError(Kind.RAISED, f"{t.name}: {type(exc).__name__}: {exc}") from exc
     return _encode(t, value)

@@ -1,0 +1,1 @@
+"""Example host tools and programs for the sandbox."""
