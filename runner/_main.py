@@ -98,11 +98,12 @@ DEFAULT_START_TIMEOUT: Final = 60.0
 EXIT_OK: Final = 0
 EXIT_NO_START: Final = 2
 EXIT_ORPHANED: Final = 3
+EXIT_NOT_CONFINED: Final = 4
 EXIT_USAGE: Final = 64  # os.EX_USAGE, spelled out: os.EX_USAGE does not exist on Windows
 
 _USAGE: Final = (
     "usage: python -m runner START_R START_W CALL_R CALL_W "
-    "[--backend NAME] [--start-timeout SECONDS]"
+    "[--backend NAME] [--start-timeout SECONDS] [--confine JSON]"
 )
 
 # prctl(2) options and the signal number, from <linux/prctl.h> and <signal.h>.
@@ -120,7 +121,7 @@ class _UsageError(Exception):
 
 
 class _Arguments:
-    __slots__ = ("backend", "call_fds", "start_fds", "start_timeout")
+    __slots__ = ("backend", "call_fds", "confine", "start_fds", "start_timeout")
 
     def __init__(
         self,
@@ -128,11 +129,13 @@ class _Arguments:
         call_fds: tuple[int, int],
         backend: str,
         start_timeout: float | None,
+        confine: str,
     ) -> None:
         self.start_fds = start_fds
         self.call_fds = call_fds
         self.backend = backend
         self.start_timeout = start_timeout
+        self.confine = confine
 
 
 def _parse(argv: Sequence[str]) -> _Arguments:
@@ -142,7 +145,11 @@ def _parse(argv: Sequence[str]) -> _Arguments:
         _UsageError: anything the usage line does not allow.
     """
     fds: list[int] = []
-    options = {"--backend": DEFAULT_BACKEND, "--start-timeout": str(DEFAULT_START_TIMEOUT)}
+    options = {
+        "--backend": DEFAULT_BACKEND,
+        "--start-timeout": str(DEFAULT_START_TIMEOUT),
+        "--confine": "",
+    }
     args = list(argv)
     while args:
         arg = args.pop(0)
@@ -181,7 +188,7 @@ def _parse(argv: Sequence[str]) -> _Arguments:
     if not seconds > 0:  # also refuses NaN
         raise _UsageError("--start-timeout must be positive")
     timeout = None if seconds == float("inf") else seconds
-    return _Arguments(start_fds, call_fds, options["--backend"], timeout)
+    return _Arguments(start_fds, call_fds, options["--backend"], timeout, options["--confine"])
 
 
 def _tie_to_parent() -> None:
@@ -217,6 +224,17 @@ def _flush_stdio() -> None:
                 stream.flush()
         except Exception:  # a closed or broken stream, or the program's own odd object
             pass
+
+
+def _confine(request_json: str) -> str | None:
+    """Put up the confined level's walls; None when they are up, else why not."""
+    from ._confine import confine, parse
+
+    try:
+        confine(parse(request_json))
+    except (ValueError, OSError) as exc:
+        return f"the sandbox's walls could not be put up: {exc}"
+    return None
 
 
 def _run_program(backend: Backend, start: Start, client: Client) -> Outcome:
@@ -298,6 +316,14 @@ def run(argv: Sequence[str]) -> int:
         _say(f"no usable Start: {exc}")
         return EXIT_NO_START
     client = Client(*args.call_fds)
+    if args.confine:
+        failure = _confine(args.confine)
+        if failure is not None:  # the program must not run without its walls
+            try:
+                _send(runner, start, Outcome.failure(Kind.DENIED, failure), client)
+            except (ProtocolError, OSError):
+                pass
+            return EXIT_NOT_CONFINED
     outcome = _run_program(backend, start, client)
     _flush_stdio()
     try:

@@ -12,8 +12,15 @@ from protocol import CallError, Kind
 
 from ._api import run, run_sync
 from ._budget import Budget
-from ._errors import BudgetError, BudgetUnsupported, SandboxError, SpawnFailed, ToolError
-from ._levels import Level, unenforceable
+from ._errors import (
+    BudgetError,
+    BudgetUnsupported,
+    ConfinementUnavailable,
+    SandboxError,
+    SpawnFailed,
+    ToolError,
+)
+from ._levels import Level, confinement_gaps, unenforceable
 from ._result import RunResult
 from ._tools import Tool, Toolset, tool
 
@@ -22,6 +29,7 @@ __all__ = [
     "BudgetError",
     "BudgetUnsupported",
     "CallError",
+    "ConfinementUnavailable",
     "Kind",
     "Level",
     "RunResult",
@@ -33,5 +41,6 @@ __all__ = [
     "run",
     "run_sync",
     "tool",
+    "confinement_gaps",
     "unenforceable",
 ]

@@ -8,8 +8,9 @@ from typing import Any
 import anyio
 
 from ._budget import Budget
+from ._errors import ConfinementUnavailable
 from ._inprocess import run_in_process
-from ._levels import Level, cgroups_usable, check_budget
+from ._levels import Level, cgroups_usable, check_budget, confinement_gaps
 from ._process import run_process
 from ._result import RunResult
 from ._tools import Tool, Toolset
@@ -40,6 +41,7 @@ async def run(
 
     Raises:
         BudgetUnsupported: the budget asks for something ``level`` cannot enforce here.
+        ConfinementUnavailable: ``confined`` was asked for and this host lacks a wall.
         ToolError: a tool cannot be bound (a bad or duplicate name).
         SpawnFailed: the child process could not be started.
         ValueError: an unknown level.
@@ -50,7 +52,14 @@ async def run(
     toolset = tools if isinstance(tools, Toolset) else Toolset(tools)
     if level is Level.IN_PROCESS:
         return await run_in_process(program, toolset, budget)
-    return await run_process(program, toolset, budget, use_cgroups=cgroups_usable())
+    confined = level is Level.CONFINED
+    if confined:
+        gaps = confinement_gaps()
+        if gaps:
+            raise ConfinementUnavailable(gaps)
+    return await run_process(
+        program, toolset, budget, use_cgroups=cgroups_usable(), confined=confined
+    )
 
 
 def run_sync(

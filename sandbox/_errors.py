@@ -5,6 +5,7 @@
     SandboxError                 the host could not do what was asked; nothing ran
     ├── BudgetError (ValueError)       a budget that makes no sense (negative, zero time)
     ├── BudgetUnsupported              a budget item this level cannot enforce on this host
+    ├── ConfinementUnavailable         the confined level lacks a wall on this host
     ├── ToolError (ValueError)         a tool that cannot be bound (bad name, duplicate)
     └── SpawnFailed (OSError)          the child process could not be started
 
@@ -14,7 +15,14 @@ as a :class:`~sandbox.RunResult` with a :class:`~protocol.Kind`.
 
 from __future__ import annotations
 
-__all__ = ["BudgetError", "BudgetUnsupported", "SandboxError", "SpawnFailed", "ToolError"]
+__all__ = [
+    "BudgetError",
+    "BudgetUnsupported",
+    "ConfinementUnavailable",
+    "SandboxError",
+    "SpawnFailed",
+    "ToolError",
+]
 
 
 class SandboxError(Exception):
@@ -38,6 +46,19 @@ class BudgetUnsupported(SandboxError):
         super().__init__(f"level {level!r} cannot enforce {', '.join(items)} here ({detail})")
         self.level = level
         self.items = items
+
+
+class ConfinementUnavailable(SandboxError):
+    """The confined level was asked for, and this host cannot put up all of its walls.
+
+    Attributes:
+        gaps: each missing wall, with the reason.
+    """
+
+    def __init__(self, gaps: dict[str, str]) -> None:
+        detail = "; ".join(f"{wall}: {why}" for wall, why in gaps.items())
+        super().__init__(f"the confined level is not available on this host ({detail})")
+        self.gaps = gaps
 
 
 class ToolError(SandboxError, ValueError):

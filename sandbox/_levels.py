@@ -9,7 +9,13 @@ from ._budget import Budget
 from ._errors import BudgetUnsupported
 from ._reaper import cgroup_support
 
-__all__ = ["Level", "cgroups_usable", "check_budget", "unenforceable"]
+__all__ = [
+    "Level",
+    "cgroups_usable",
+    "check_budget",
+    "confinement_gaps",
+    "unenforceable",
+]
 
 
 class Level(enum.StrEnum):
@@ -21,10 +27,15 @@ class Level(enum.StrEnum):
     * ``process``: a fresh child process per run: own session, scrubbed environment,
       private working directory, only its channels and stdio inherited, rlimits, a per-run
       cgroup where the host allows one, death with the host, no survivors.
+    * ``confined``: ``process``, plus user, PID, network, mount, IPC, UTS and cgroup
+      namespaces, a read-only filesystem view holding only what the runner needs, Landlock,
+      a seccomp filter, no capabilities and ``no_new_privs``. Refused where the host cannot
+      provide every one of these walls (see :func:`confinement_gaps`).
     """
 
     IN_PROCESS = "in_process"
     PROCESS = "process"
+    CONFINED = "confined"
 
 
 # Items every level enforces: the parent's Server counts and times every call.
@@ -57,7 +68,7 @@ def _process_gaps() -> dict[str, str]:
 
 def unenforceable(level: Level) -> dict[str, str]:
     """Budget items ``level`` cannot enforce on this host, with the reason for each."""
-    if level is Level.PROCESS:
+    if level in (Level.PROCESS, Level.CONFINED):
         return dict(_process_gaps())
     reason = "in_process runs in a thread of the host: nothing can stop or limit it"
     return dict.fromkeys(_PROCESS_ONLY, reason)
@@ -79,3 +90,27 @@ def check_budget(level: Level, budget: Budget) -> None:
 def cgroups_usable() -> bool:
     """Whether per-run cgroups can be made here (all three controllers)."""
     return all(reason is None for reason in cgroup_support().values())
+
+
+@functools.cache
+def confinement_gaps() -> dict[str, str]:
+    """The walls of the confined level this host cannot provide, with the reason for each.
+
+    Empty when the level is available. Probed once per process (namespaces are tried in a
+    throwaway child).
+    """
+    from runner import _landlock, _namespaces, _seccomp
+
+    gaps: dict[str, str] = {}
+    for name, reason in _namespaces.probe().items():
+        if reason is not None:
+            gaps[f"{name} namespace"] = reason
+    abi = _landlock.abi_version()
+    if abi < 1:
+        gaps["landlock"] = "the kernel has no Landlock (or it is disabled)"
+    seccomp = _seccomp.supported()
+    if seccomp is not None:
+        gaps["seccomp"] = seccomp
+    if not cgroups_usable():
+        gaps["cgroups"] = "per-run cgroups cannot be made: no survivors cannot be guaranteed"
+    return gaps

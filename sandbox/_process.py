@@ -45,6 +45,7 @@ from typing import Final
 import anyio
 import anyio.abc
 import msgspec
+import psutil
 
 from protocol import (
     VERSION,
@@ -85,6 +86,8 @@ _GRACE: Final = 0.5
 _CLEANUP_DEADLINE: Final = 10.0
 #: The call channel's pipe buffers: large enough for a big result to move in few reads.
 _PIPE_BYTES: Final = 1 << 20
+#: The runner's exit status when it could not put up the confined level's walls.
+_EXIT_NOT_CONFINED: Final = 4
 _BOOT: Final = "import sys; sys.path[:0] = {paths!r}; from runner._main import main; main()"
 
 
@@ -146,10 +149,26 @@ def _undo_setup(pipes: list[int], cgroups: CgroupSet | None, workdir: str) -> No
     shutil.rmtree(workdir, ignore_errors=True)
 
 
+def _confine_argument(workdir: str) -> list[str]:
+    """The runner's ``--confine`` option: what the confined level's view must hold."""
+    request = {
+        "workdir": workdir,
+        "import_paths": [
+            str(_ROOT / "protocol"),
+            str(_ROOT / "runner"),
+            str(_MSGSPEC_DIR / "msgspec"),
+        ],
+    }
+    return ["--confine", msgspec.json.encode(request).decode()]
+
+
 async def run_process(
-    program: str, toolset: Toolset, budget: Budget, *, use_cgroups: bool
+    program: str, toolset: Toolset, budget: Budget, *, use_cgroups: bool, confined: bool = False
 ) -> RunResult:
     """Run ``program`` in a fresh child process under ``budget``. See the module docstring.
+
+    With ``confined``, the runner puts up the confined level's walls (namespaces, the
+    filesystem view, Landlock, seccomp) after its Start arrives and before the program runs.
 
     Raises:
         SpawnFailed: the child could not be started (nothing is left behind).
@@ -185,6 +204,7 @@ async def run_process(
         "-c",
         _BOOT.format(paths=[str(_ROOT), str(_MSGSPEC_DIR)]),
         *map(str, child_fds),
+        *(_confine_argument(workdir) if confined else ()),
     ]
     try:
         # Synchronous on purpose: Popen spawns with vfork in well under a millisecond of
@@ -208,7 +228,7 @@ async def run_process(
     call_ch = FdChannel(cu_r, cd_w)
     out_ch = FdChannel(out_r, out_r)
     err_ch = FdChannel(err_r, err_r)
-    run = _Run(proc, cgroups, workdir, budget, t0, start_ch)
+    run = _Run(proc, cgroups, workdir, budget, t0, start_ch, "confined" if confined else "process")
     try:
         try:
             if cgroups is not None:
@@ -236,7 +256,9 @@ class _Run:
         budget: Budget,
         t0: float,
         start_ch: FdChannel,
+        level: str,
     ) -> None:
+        self.level = level
         self.proc = proc
         self.start_ch = start_ch
         self.cgroups = cgroups
@@ -358,7 +380,7 @@ class _Run:
             peak_memory=self.peak_memory,
             exit_code=self._exit_code(),
             signal=self._signal(),
-            level="process",
+            level=self.level,
         )
         replace = msgspec.structs.replace
         if failure is not None:
@@ -368,6 +390,8 @@ class _Run:
         if not result.ok:
             kind = result.kind or Kind.UNKNOWN
             cause = "memory" if kind is Kind.LIMIT and self.memory_hit else "program"
+            if self._exit_code() == _EXIT_NOT_CONFINED:
+                cause = "confinement"
             return replace(base, kind=kind, cause=cause, error=result.error)
         try:
             value = msgspec.json.decode(result.value) if result.value else None
@@ -400,14 +424,28 @@ class _Run:
                 )
         return (Kind.UNKNOWN, "crash", f"the runner ended ({how}) without sending a Result")
 
-    def _kill_all(self, spare: int | None) -> set[int]:
+    def _kill_all(self, spare: frozenset[int]) -> set[int]:
         if self.cgroups is not None:
             return self.cgroups.kill_all(spare=spare)
         found = kill_tree(self.proc.pid) if self.status is None else set()
-        if spare is None:
+        if not spare:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
         return found
+
+    def _runner_pids(self) -> frozenset[int]:
+        """The runner's own processes: its pid, and when confined, PID 1 of its namespace.
+
+        A confined runner forks once as it enters its namespaces; the process the host
+        started waits outside for PID 1, and PID 1 is what runs the program.
+        """
+        pid = self.proc.pid
+        if self.level != "confined":
+            return frozenset({pid})
+        try:
+            return frozenset({pid, *(kid.pid for kid in psutil.Process(pid).children())})
+        except psutil.Error:
+            return frozenset({pid})
 
     def _exit_code(self) -> int | None:
         if self.status is None or not os.WIFEXITED(self.status):
@@ -454,8 +492,10 @@ class _Run:
         try:
             # 1. Everything the program started dies at once, counted while the runner
             #    (a subreaper) still holds the tree together.
-            found = self._kill_all(spare=pid)
-            if self.status is None:
+            found = self._kill_all(spare=self._runner_pids())
+            if self.status is None and self.level != "confined":
+                # (In a PID namespace, PID 1 inherits the orphans and the kernel reaps
+                # them all when it exits.)
                 found |= dead_children(pid)
             self.start_ch.close()  # the runner may go now
             # 2. The runner: after a Result it exits by itself once it reads EOF on the
@@ -469,7 +509,7 @@ class _Run:
                         os.kill(pid, signal.SIGKILL)
                     await self._wait_exit(_CLEANUP_DEADLINE)
             # 3. Anything started while the runner was being stopped, then reap it all.
-            found |= self._kill_all(spare=None)
+            found |= self._kill_all(spare=frozenset())
             found |= session_zombies(pid)
             found.discard(pid)
             reap(found)

@@ -154,7 +154,7 @@ class CgroupSet:
                 found.update(int(x) for x in (path / "cgroup.procs").read_text().split())
         return found
 
-    def kill_all(self, *, spare: int | None = None, timeout: float = 5.0) -> set[int]:
+    def kill_all(self, *, spare: frozenset[int] = frozenset(), timeout: float = 5.0) -> set[int]:
         """Kill every member (but ``spare``) until none is left; return every pid to reap.
 
         Each pass freezes the cgroups (nothing in them can fork, exit or run), lists the
@@ -173,8 +173,8 @@ class CgroupSet:
                     while state.read_text().strip() == "FREEZING" and time.monotonic() < deadline:
                         time.sleep(0.001)
             members = self.pids()
-            members.discard(spare or 0)
-            found |= members | zombie_children(members | {spare or 0})
+            members -= spare
+            found |= members | zombie_children(members | spare)
             for pid in members:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
@@ -182,7 +182,7 @@ class CgroupSet:
                 with contextlib.suppress(OSError):
                     state.write_text("THAWED")
             if not members or time.monotonic() > deadline:
-                found.discard(spare or 0)
+                found -= spare
                 return found
             time.sleep(0.001)
 

@@ -19,9 +19,18 @@ def echo(n: int) -> dict[str, int]:
     return {"n": n}
 
 
-async def run_hostile(name: str, **budget: object) -> RunResult:
+@pytest.fixture(params=[Level.PROCESS, Level.CONFINED])
+def level(request: pytest.FixtureRequest) -> Level:
+    """Every hostile program is run at each level that runs it in a child process."""
+    lv: Level = request.param
+    if lv is Level.CONFINED and sandbox.confinement_gaps():
+        pytest.skip(f"confined level unavailable here: {sandbox.confinement_gaps()}")
+    return lv
+
+
+async def run_hostile(name: str, level: Level, **budget: object) -> RunResult:
     program = (HOSTILE / f"{name}.py").read_text()
-    return await sandbox.run(program, tools=[echo], budget=Budget(**budget))  # type: ignore[arg-type]
+    return await sandbox.run(program, tools=[echo], budget=Budget(**budget), level=level)  # type: ignore[arg-type]
 
 
 needs_cgroups = pytest.mark.skipif(
@@ -31,32 +40,33 @@ needs_cgroups = pytest.mark.skipif(
 
 
 @needs_cgroups
-async def test_fork_bomb() -> None:
+async def test_fork_bomb(level: Level) -> None:
     """A fork bomb is held at max_processes, ended at the wall clock, and fully killed."""
-    result = await run_hostile("fork_bomb", wall_clock=2.0, max_processes=32)
+    result = await run_hostile("fork_bomb", level, wall_clock=2.0, max_processes=32)
     assert not result.ok
     assert (result.kind, result.cause) == (Kind.LIMIT, "wall_clock")
 
 
-async def test_ignores_sigterm() -> None:
+async def test_ignores_sigterm(level: Level) -> None:
     """A program that ignores SIGTERM is killed at the wall clock all the same."""
-    result = await run_hostile("ignores_sigterm", wall_clock=1.0)
+    result = await run_hostile("ignores_sigterm", level, wall_clock=1.0)
     assert (result.kind, result.cause) == (Kind.LIMIT, "wall_clock")
     assert result.wall_time < 20
 
 
-async def test_setsid_double_fork_leaves_no_survivor() -> None:
+async def test_setsid_double_fork_leaves_no_survivor(level: Level) -> None:
     """A grandchild in its own session, its parent gone, dies with the run."""
-    result = await run_hostile("setsid_double_fork", wall_clock=20.0)
+    result = await run_hostile("setsid_double_fork", level, wall_clock=20.0)
     assert result.ok, result.error
     grandchild = result.value
     assert isinstance(grandchild, int)
-    assert not psutil.pid_exists(grandchild)
+    if level is Level.PROCESS:  # (confined: a pid of the run's own namespace; the fixture
+        assert not psutil.pid_exists(grandchild)  # checks that nothing of the run is left)
 
 
-async def test_floods_stdout() -> None:
+async def test_floods_stdout(level: Level) -> None:
     """64 MiB of stdout costs the host max_output; the rest is counted and dropped."""
-    result = await run_hostile("floods_stdout", wall_clock=60.0, max_output=64 << 10)
+    result = await run_hostile("floods_stdout", level, wall_clock=60.0, max_output=64 << 10)
     assert result.ok, result.error
     assert result.value == "done"
     assert result.stdout_truncated
@@ -68,52 +78,54 @@ async def test_floods_stdout() -> None:
     "max_memory" in sandbox.unenforceable(Level.PROCESS),
     reason=sandbox.unenforceable(Level.PROCESS).get("max_memory", ""),
 )
-async def test_allocates_past_the_memory_limit() -> None:
+async def test_allocates_past_the_memory_limit(level: Level) -> None:
     """An allocation past max_memory fails the run with `limit`, and memory is named."""
-    result = await run_hostile("allocates_past_limit", wall_clock=30.0, max_memory=128 << 20)
+    result = await run_hostile("allocates_past_limit", level, wall_clock=30.0, max_memory=128 << 20)
     assert not result.ok
     assert (result.kind, result.cause) == (Kind.LIMIT, "memory"), result.error
     assert result.peak_memory is not None
     assert result.peak_memory <= 128 << 20
 
 
-async def test_sleeps_past_the_wall_clock() -> None:
+async def test_sleeps_past_the_wall_clock(level: Level) -> None:
     """A program asleep past the wall clock is ended at it."""
-    result = await run_hostile("sleeps_past_wall_clock", wall_clock=1.0)
+    result = await run_hostile("sleeps_past_wall_clock", level, wall_clock=1.0)
     assert (result.kind, result.cause) == (Kind.LIMIT, "wall_clock")
     assert result.wall_time < 20
 
 
-async def test_never_sends_result() -> None:
+async def test_never_sends_result(level: Level) -> None:
     """A runner that exits without a Result is a crash, with its exit status."""
-    result = await run_hostile("never_sends_result", wall_clock=20.0)
+    result = await run_hostile("never_sends_result", level, wall_clock=20.0)
     assert (result.kind, result.cause) == (Kind.UNKNOWN, "crash")
     assert result.exit_code == 0
 
 
-async def test_closes_its_channels() -> None:
+async def test_closes_its_channels(level: Level) -> None:
     """A program that closes the protocol's channels ends its run without hanging the host."""
-    result = await run_hostile("closes_its_channels", wall_clock=20.0)
+    result = await run_hostile("closes_its_channels", level, wall_clock=20.0)
     assert (result.kind, result.cause) == (Kind.UNKNOWN, "crash")
     assert result.wall_time < 20
 
 
-async def test_garbage_on_the_call_channel() -> None:
+async def test_garbage_on_the_call_channel(level: Level) -> None:
     """Garbage on the call channel ends the run at once as a protocol failure."""
-    result = await run_hostile("garbage_on_call_channel", wall_clock=20.0)
+    result = await run_hostile("garbage_on_call_channel", level, wall_clock=20.0)
     assert (result.kind, result.cause) == (Kind.UNKNOWN, "protocol")
     assert result.wall_time < 20
 
 
-async def test_lies_in_result() -> None:
+async def test_lies_in_result(level: Level) -> None:
     """Counts the child invents are reported as such; the parent's own counts stand."""
-    result = await run_hostile("lies_in_result", wall_clock=20.0)
+    result = await run_hostile("lies_in_result", level, wall_clock=20.0)
     assert result.ok, result.error
     assert (result.reported_calls, result.reported_bytes) == (1000, 10**9)
     assert (result.calls, result.bytes) == (1, len('{"n":1}'))
 
 
-async def test_cpu_limit() -> None:
+async def test_cpu_limit(level: Level) -> None:
     """A program that spins past max_cpu is ended with `limit`, cause cpu."""
-    result = await sandbox.run("while True: pass", budget=Budget(wall_clock=30.0, max_cpu=1.0))
+    result = await sandbox.run(
+        "while True: pass", budget=Budget(wall_clock=30.0, max_cpu=1.0), level=level
+    )
     assert (result.kind, result.cause) == (Kind.LIMIT, "cpu"), result.error

@@ -1,0 +1,76 @@
+"""The ``confined`` level's walls, put up by the runner in its own process.
+
+The host asks for them with ``--confine JSON``. They go up after the Start has arrived (it
+is only data) and before the program runs, in this order, each a wall of its own:
+
+1. namespaces and the filesystem view (:mod:`runner._namespaces`): user, mount, network,
+   IPC, UTS, PID and cgroup namespaces; a read-only view of the interpreter, the runner's
+   own packages and the system libraries, the run's working directory writable, a private
+   ``/tmp``, a minimal ``/dev``, a ``/proc`` of the run's own processes; every capability
+   dropped, ``no_new_privs`` set. The runner continues as PID 1 of the new PID namespace.
+   (Forking after the Start is what puts PID 1 in the cgroups and under the rlimits the
+   host set up before sending it.)
+2. Landlock (:mod:`runner._landlock`): the same view again, enforced by the kernel's own
+   access checks, plus no TCP bind or connect, no signals or abstract sockets outside.
+3. seccomp (:mod:`runner._seccomp`): the system calls a program never needs.
+
+If any wall cannot be put up, the program does not run: the runner reports the failure.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from . import _landlock, _namespaces, _seccomp
+
+__all__ = ["ConfineRequest", "confine"]
+
+
+class ConfineRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """What the host asks for (the JSON of ``--confine``).
+
+    Attributes:
+        workdir: the run's private working directory, writable inside.
+        import_paths: directories the runner still imports from once confined.
+        hostname: the host name inside.
+        tmp_bytes: the size of the private ``/tmp``.
+    """
+
+    workdir: str
+    import_paths: tuple[str, ...] = ()
+    hostname: str = "sandbox"
+    tmp_bytes: int = _namespaces.DEFAULT_TMP_BYTES
+
+
+def parse(text: str) -> ConfineRequest:
+    """Decode ``--confine``'s JSON.
+
+    Raises:
+        ValueError: it is not a valid request.
+    """
+    try:
+        return msgspec.json.decode(text, type=ConfineRequest)
+    except msgspec.DecodeError as exc:
+        raise ValueError(f"--confine: {exc}") from None
+
+
+def confine(request: ConfineRequest) -> None:
+    """Put up every wall (see the module docstring); returns inside them, as PID 1.
+
+    Raises:
+        ValueError, OSError: a wall could not be put up; the program must not run.
+    """
+    read_only = _namespaces.python_read_only(request.import_paths)
+    _namespaces.enter(
+        _namespaces.ConfineSpec(
+            read_only=read_only,
+            read_write=(request.workdir,),
+            hostname=request.hostname,
+            tmp_bytes=request.tmp_bytes,
+        )
+    )
+    _landlock.restrict(
+        read_only=(*read_only, "/proc"),
+        read_write=(request.workdir, "/tmp", "/dev"),
+    )
+    _seccomp.install()
