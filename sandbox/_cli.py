@@ -1,4 +1,4 @@
-"""The command line: ``sandbox run``.
+"""The command line: ``sandbox run`` and ``sandbox doctor``.
 
 Exit codes of ``sandbox run``: 0 the program succeeded; 1 the program failed; 3 a limit
 ended it (kind ``limit``); 4 the sandbox could not run it (a budget the level cannot
@@ -86,7 +86,64 @@ def _parser() -> argparse.ArgumentParser:
         help="a module whose TOOLS list (or public functions) become host tools; repeatable",
     )
     r.add_argument("--json", action="store_true", help="print the whole RunResult as JSON")
+    d = sub.add_parser(
+        "doctor",
+        help="report what this host can enforce, level by level",
+        description="Probe this host (namespaces, Landlock, seccomp, cgroups) and report, for "
+        "each level, which budget items and walls it can enforce here and why not.",
+    )
+    d.add_argument("--json", action="store_true", help="print the report as JSON")
     return parser
+
+
+def _doctor(as_json: bool) -> int:
+    from runner import _landlock, _namespaces, _seccomp
+
+    from ._levels import confinement_gaps, unenforceable
+    from ._reaper import cgroup_support
+
+    namespaces = _namespaces.probe()
+    report = {
+        "namespaces": namespaces,
+        "landlock_abi": _landlock.abi_version(),
+        "seccomp": _seccomp.supported(),
+        "cgroups": cgroup_support(),
+        "levels": {
+            level.value: {
+                "unenforceable": unenforceable(level),
+                **({"missing_walls": confinement_gaps()} if level is Level.CONFINED else {}),
+            }
+            for level in Level
+        },
+    }
+    if as_json:
+        print(msgspec.json.format(msgspec.json.encode(report)).decode())
+        return EXIT_OK
+
+    def yes(reason: str | None) -> str:
+        return "yes" if reason is None else f"no ({reason})"
+
+    print("namespaces:")
+    for name, reason in namespaces.items():
+        print(f"  {name:8} {yes(reason)}")
+    abi = _landlock.abi_version()
+    print(f"landlock:   {'ABI ' + str(abi) if abi else 'no'}")
+    print(f"seccomp:    {yes(_seccomp.supported())}")
+    print("cgroups:")
+    for name, reason in cgroup_support().items():
+        print(f"  {name:8} {yes(reason)}")
+    for level in Level:
+        gaps = unenforceable(level)
+        print(f"level {level.value}:")
+        if level is Level.CONFINED:
+            walls = confinement_gaps()
+            print(f"  available: {yes('; '.join(f'{k}: {v}' for k, v in walls.items()) or None)}")
+        if gaps:
+            for item, reason in gaps.items():
+                print(f"  refuses {item}: {reason}")
+        else:
+            print("  enforces every budget item")
+    return EXIT_OK
 
 
 def _load_tools(names: Sequence[str]) -> list[Tool]:
@@ -119,6 +176,8 @@ def _load_tools(names: Sequence[str]) -> list[Tool]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``sandbox`` command; returns the exit code."""
     args = _parser().parse_args(argv)
+    if args.command == "doctor":
+        return _doctor(args.json)
     if args.program == "-":
         source = sys.stdin.read()
     else:

@@ -210,3 +210,23 @@ if os.fork() == 0:
 """
     result = await attack(program, Level.CONFINED)
     assert result.value == "left one behind"
+
+
+def test_doctor_reports_what_this_host_provides() -> None:
+    """`sandbox doctor --json` reports the probes, and confined is available iff no wall is missing."""
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "sandbox", "doctor", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    report = json.loads(out.stdout)
+    assert set(report["namespaces"]) >= {"user", "mount", "net", "ipc", "uts", "pid"}
+    assert report["landlock_abi"] >= 1
+    assert report["levels"]["confined"]["missing_walls"] == {}
+    assert set(report["levels"]["in_process"]["unenforceable"]) >= {"wall_clock", "max_memory"}
