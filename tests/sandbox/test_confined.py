@@ -213,7 +213,7 @@ if os.fork() == 0:
 
 
 def test_doctor_reports_what_this_host_provides() -> None:
-    """`sandbox doctor --json` reports the probes, and confined is available iff no wall is missing."""
+    """`sandbox doctor --json` reports the probes; confined is available iff no wall is missing."""
     import json
     import subprocess
     import sys
