@@ -414,6 +414,13 @@ class _Run:
                 "memory",
                 f"memory limit of {self.budget.max_memory} bytes reached; the run was killed",
             )
+        if self.pids_hit:
+            return (
+                Kind.LIMIT,
+                "processes",
+                f"process limit of {self.budget.max_processes} reached, and the runner ended "
+                f"({how}) without sending a Result",
+            )
         if sig in (signal.SIGXCPU, signal.SIGKILL) and self.budget.max_cpu is not None:
             cpu = self._cpu_time()
             if sig == signal.SIGXCPU or (cpu is not None and cpu >= self.budget.max_cpu):
