@@ -71,7 +71,10 @@ async def test_reading_a_host_file(level: Level, canary: Path) -> None:
 @BOTH
 async def test_writing_outside_the_working_directory(level: Level) -> None:
     """Files outside the run's working directory cannot be written; inside they can."""
-    target = Path(sandbox.__file__).parent.parent / f"written-by-a-run-{os.getpid()}"
+    # The runner's own package: in the confined view, read-only, wherever the checkout is.
+    import runner
+
+    target = Path(runner.__file__).parent / f"written-by-a-run-{os.getpid()}"
     try:
         result = await attack(outcome(f"open({str(target)!r}, 'w').write('x')"), level)
         expected = "ok" if level is Level.PROCESS else ("OSError", "PermissionError")

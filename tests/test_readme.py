@@ -1,0 +1,129 @@
+"""The README's commands work on a fresh clone, run the way a new user runs them."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import faulthandler
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SECTION = "The two commands"
+#: The whole test: a clone, a fresh .venv installed from the package index, the suite.
+BUDGET = 15 * 60.0
+#: The clone's own suite must not run this test again.
+PYTEST_ARGS = "--deselect=tests/test_readme.py"
+#: Set by a developer's shell or by the test's own process (make, pytest, a venv), not by
+#: a fresh login.
+NOT_A_FRESH_USER = ("PY", "VIRTUAL_ENV", "PYTHONHOME", "PYTHONPATH", "PYTEST_ADDOPTS")
+NOT_A_FRESH_USER_PREFIXES = ("MAKE", "MFLAGS", "PYTEST_")
+_PR_SET_CHILD_SUBREAPER, _PR_GET_CHILD_SUBREAPER = 36, 37
+
+
+def readme_commands(readme: str) -> list[str]:
+    """The command lines of the ```sh block in the README's "The two commands" section.
+
+    Each line is a command and a comment (``make test  # what it does``), kept as written:
+    a shell runs it as the README's reader would.
+    """
+    section = re.search(
+        rf"^##\s+{re.escape(SECTION)}\s*$(.*?)(?=^##\s|\Z)", readme, re.MULTILINE | re.DOTALL
+    )
+    assert section is not None, f"README.md has no {SECTION!r} section"
+    block = re.search(r"^```sh\s*$(.*?)^```\s*$", section.group(1), re.MULTILINE | re.DOTALL)
+    assert block is not None, f"README.md's {SECTION!r} section has no ```sh block"
+    lines = block.group(1).splitlines()
+    return [line.strip() for line in lines if shlex.split(line, comments=True)]
+
+
+def test_readme_commands_parse() -> None:
+    """The README's section holds at least one command, each a ``make`` target."""
+    commands = readme_commands((ROOT / "README.md").read_text())
+    assert commands
+    for command in commands:
+        words = shlex.split(command, comments=True)
+        assert len(words) == 2, command
+        assert words[0] == "make", command
+
+
+def fresh_user_env() -> dict[str, str]:
+    """This machine's environment without what the test process adds to it."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in NOT_A_FRESH_USER and not key.startswith(NOT_A_FRESH_USER_PREFIXES)
+    }
+    if sys.prefix != sys.base_prefix:  # the test runs from a virtual environment: leave it
+        venv_bin = str(Path(sys.prefix) / "bin")
+        env["PATH"] = os.pathsep.join(
+            entry for entry in env.get("PATH", "").split(os.pathsep) if entry != venv_bin
+        )
+    env["PYTEST_ARGS"] = PYTEST_ARGS
+    return env
+
+
+@contextlib.contextmanager
+def not_a_subreaper() -> Iterator[None]:
+    """Orphans of the commands go to init, as at a new user's terminal, not to this process.
+
+    Any earlier ``sandbox.run`` in this process made it a child subreaper (for good); the
+    clone's suite checks that processes it orphans are reaped, which this process, blocked
+    waiting for ``make``, would never do.
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    was = ctypes.c_int(0)
+    if libc.prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(was), 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_GET_CHILD_SUBREAPER)")
+    libc.prctl(_PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+    try:
+        yield
+    finally:
+        libc.prctl(_PR_SET_CHILD_SUBREAPER, was.value, 0, 0, 0)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(BUDGET + 60)
+def test_readme_commands_on_a_fresh_clone(tmp_path: Path) -> None:
+    """A clone of HEAD runs each of the README's commands with exit code 0, in order."""
+    # Minutes, not a hang: no stack dump at the suite's faulthandler_timeout (50 s).
+    faulthandler.cancel_dump_traceback_later()
+    git = shutil.which("git")
+    if git is None:
+        pytest.skip("git is not installed: cannot clone the repository")
+    clone = tmp_path / "clone"
+    subprocess.run(
+        [git, "clone", "--quiet", ROOT.as_uri(), str(clone)],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    commands = readme_commands((clone / "README.md").read_text())
+    assert commands
+    env = fresh_user_env()
+    assert shutil.which("python3", path=env["PATH"]), "no python3 on PATH"
+    deadline = time.monotonic() + BUDGET
+    for command in commands:
+        with not_a_subreaper():
+            proc = subprocess.run(
+                command,
+                shell=True,
+                cwd=clone,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=max(deadline - time.monotonic(), 1.0),
+                check=False,
+            )
+        output = proc.stdout + proc.stderr
+        assert proc.returncode == 0, f"{command!r} exited {proc.returncode}:\n{output[-20000:]}"
