@@ -18,7 +18,8 @@ def runner_processes() -> list[psutil.Process]:
             cmdline = " ".join(proc.info["cmdline"] or ())
         except psutil.Error:
             continue
-        if "runner._main" in cmdline and proc.pid != os.getpid():
+        # A run's process: python with the runner's bootstrap (or forked from one).
+        if "from runner._main import main" in cmdline and proc.pid != os.getpid():
             found.append(proc)
     return found
 

@@ -33,7 +33,7 @@ RUN_OPTIONS = (
     "--tools",
     "--json",
 )
-#: No command in this file may take longer (a run hangs, not the machine is slow).
+#: Seconds any one command may take; longer means it hangs.
 TIMEOUT = 60.0
 FIVE_CALLS = "for _ in range(5):\n    host.search('a')\n"
 
