@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import msgspec
@@ -39,7 +41,7 @@ def _size(text: str) -> int:
         if t and t[-1] in units:
             return int(float(t[:-1]) * units[t[-1]])
         return int(t)
-    except ValueError:
+    except (ValueError, OverflowError):  # not a number; inf or nan
         raise argparse.ArgumentTypeError(f"not a size: {text!r} (try 1000, 64k, 256M)") from None
 
 
@@ -146,19 +148,36 @@ def _doctor(as_json: bool) -> int:
     return EXIT_OK
 
 
+def _import_tools(name: str) -> ModuleType:
+    """The tools module ``name``: a ``.py`` path (loaded from that file, whatever its name) or
+    a module name (imported from the current directory or the installed packages).
+
+    Raises:
+        SandboxError: it cannot be found or fails while loading, whatever it raises.
+    """
+    try:
+        if name.endswith(".py") or "/" in name:
+            path = Path(name).resolve()
+            # A private module name: a file called signal.py must not find the stdlib's.
+            spec = importlib.util.spec_from_file_location(f"_sandbox_tools_{path.stem}", path)
+            if spec is None or spec.loader is None or not path.is_file():
+                raise ImportError(f"no such file: {path}")
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            return module
+        if "" not in sys.path and "." not in sys.path:
+            sys.path.insert(0, ".")
+        return importlib.import_module(name)
+    except Exception as exc:  # any failure of the user's module is a refusal, not a crash
+        raise SandboxError(
+            f"cannot load tools module {name!r}: {type(exc).__name__}: {exc}"
+        ) from exc
+
+
 def _load_tools(names: Sequence[str]) -> list[Tool]:
     tools: list[Tool] = []
     for name in names:
-        if name.endswith(".py") or "/" in name:
-            path = Path(name).resolve()
-            sys.path.insert(0, str(path.parent))
-            name = path.stem
-        elif "" not in sys.path and "." not in sys.path:
-            sys.path.insert(0, ".")
-        try:
-            module = importlib.import_module(name)
-        except ImportError as exc:
-            raise SandboxError(f"cannot import tools module {name!r}: {exc}") from exc
+        module = _import_tools(name)
         found: Any = getattr(module, "TOOLS", None)
         if found is None:
             found = [
