@@ -1,4 +1,5 @@
-"""Levels benchmark: what a ``process``-level run costs, against ``in_process`` and bare spawns.
+"""Levels benchmark: what a run costs at each level (``in_process``, ``process``, ``confined``)
+against bare spawns.
 
 Usage::
 
@@ -89,7 +90,7 @@ MSGSPEC_DIR: Final = Path(msgspec.__file__).resolve().parent.parent
 CALLS: Final = 1000
 BATCH: Final = 64
 BACKENDS: Final = ("asyncio", "trio")
-LEVELS: Final = ("in_process", "process")
+LEVELS: Final = ("in_process", "process", "confined")
 PINS: Final = ("none", "same")
 
 TRIVIAL: Final = "1 + 1"
@@ -318,7 +319,11 @@ def _check(what: str, result: sandbox.RunResult, value: Any, calls: int) -> None
 
 
 def _killed_from_outside(result: sandbox.RunResult) -> bool:
-    return result.level == "process" and result.signal == signal.SIGKILL and not result.ok
+    return (
+        result.level in ("process", "confined")
+        and result.signal == signal.SIGKILL
+        and not result.ok
+    )
 
 
 async def _timed_run(program: str, level: str, limit: float) -> tuple[float, sandbox.RunResult]:
@@ -794,12 +799,22 @@ def analyse(samples: dict[str, list[list[float]]], backends: Sequence[str]) -> d
                 proc,
                 "p50 in_process trivial / p50 process trivial",
             ),
+            "confined_trivial/process_trivial": (
+                p50s(f"{backend}/confined/trivial"),
+                proc,
+                "p50 confined trivial / p50 process trivial",
+            ),
         }
         for workload in ("seq-vs-trivial", "gather-vs-trivial", "gather-vs-async0"):
             defs[f"per_call_{workload}/process/in_process"] = (
                 us[f"process/{workload}"],
                 us[f"in_process/{workload}"],
                 f"process us/call / in_process us/call ({workload})",
+            )
+            defs[f"per_call_{workload}/confined/process"] = (
+                us[f"confined/{workload}"],
+                us[f"process/{workload}"],
+                f"confined us/call / process us/call ({workload})",
             )
         for name, (num, den, definition) in defs.items():
             vals = [a / b if b else float("nan") for a, b in zip(num, den, strict=True)]
