@@ -233,3 +233,13 @@ def test_doctor_reports_what_this_host_provides() -> None:
     assert report["landlock_abi"] >= 1
     assert report["levels"]["confined"]["missing_walls"] == {}
     assert set(report["levels"]["in_process"]["unenforceable"]) >= {"wall_clock", "max_memory"}
+
+
+async def test_confined_refuses_to_run_without_every_wall(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a host missing a wall, confined refuses (naming it) instead of running with fewer."""
+    import sandbox._api as api
+
+    monkeypatch.setattr(api, "confinement_gaps", lambda: {"landlock": "no Landlock here"})
+    with pytest.raises(sandbox.ConfinementUnavailable, match="landlock") as info:
+        await sandbox.run("1", level=Level.CONFINED)
+    assert info.value.gaps == {"landlock": "no Landlock here"}
