@@ -53,13 +53,15 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import functools
 import os
 import stat
 import struct
 import sys
 from collections.abc import Sequence
 from typing import Final
+
+from ._libc import libc as _libc
+from ._libc import machine as _machine
 
 __all__ = [
     "KNOWN_ABI",
@@ -262,28 +264,6 @@ def _probe() -> tuple[int, str]:
     if err == errno.ENOSYS:
         return 0, "the kernel has no Landlock (Linux >= 5.13 with CONFIG_SECURITY_LANDLOCK)"
     return 0, f"landlock_create_ruleset(VERSION) failed: {os.strerror(err)}"
-
-
-def _machine() -> str:
-    machine = os.uname().machine
-    return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
-
-
-@functools.cache
-def _libc() -> ctypes.CDLL:
-    """A private handle on the C library (its function objects are not shared with others).
-
-    Raises:
-        OSError: no C library with ``prctl`` and ``syscall`` could be loaded.
-    """
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl.restype = ctypes.c_int
-        libc.prctl.argtypes = [ctypes.c_int, *[ctypes.c_ulong] * 4]
-        libc.syscall.restype = ctypes.c_long
-    except (OSError, AttributeError) as exc:
-        raise OSError(errno.ENOTSUP, f"landlock: no usable C library ({exc})") from exc
-    return libc
 
 
 def _os_error(what: str, path: str | None = None) -> OSError:

@@ -59,12 +59,13 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import functools
 import os
 import struct
 import sys
 from collections.abc import Mapping
 from typing import Final
+
+from ._libc import libc as _libc
 
 __all__ = [
     "ABSENT",
@@ -570,23 +571,6 @@ def _host_arch() -> str:
             f"seccomp: this Python is not a native little-endian 64-bit {arch} process",
         )
     return arch
-
-
-@functools.cache
-def _libc() -> ctypes.CDLL:
-    """A private handle on the C library (its function objects are not shared with others).
-
-    Raises:
-        OSError: no C library with ``prctl`` and ``syscall`` could be loaded.
-    """
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl.restype = ctypes.c_int
-        libc.prctl.argtypes = [ctypes.c_int, *[ctypes.c_ulong] * 4]
-        libc.syscall.restype = ctypes.c_long
-    except (OSError, AttributeError) as exc:
-        raise OSError(errno.ENOTSUP, f"seccomp: no usable C library ({exc})") from exc
-    return libc
 
 
 def _os_error(what: str) -> OSError:
