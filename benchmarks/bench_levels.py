@@ -213,6 +213,10 @@ def _check_stop() -> None:
     if _STOP.signum == signal.SIGINT:
         raise KeyboardInterrupt
     if _STOP.signum:
+        name = signal.Signals(_STOP.signum).name
+        print(
+            f"stopped by {name}: the run in progress finished and was cleaned up", file=sys.stderr
+        )
         raise SystemExit(128 + _STOP.signum)
 
 

@@ -93,23 +93,24 @@ async def test_seeing_host_processes_and_environment(
     """The host's processes are not visible (confined), nor its environment (both levels)."""
     monkeypatch.setenv("SANDBOX_HOST_SECRET", "s3cret")
     host_pid = os.getpid()
+    # A pid number alone proves nothing (the run's namespace has small pids of its own, and
+    # the test may itself run in a namespace): what is seen must be the host's process.
     program = f"""
 import os
-pids = [int(p) for p in os.listdir('/proc') if p.isdigit()]
 try:
     host_cmdline = open('/proc/{host_pid}/cmdline', 'rb').read()
 except OSError:
     host_cmdline = b''
-[{host_pid} in pids, os.getpid(), sorted(os.environ), b'pytest' in host_cmdline]
+[os.getpid(), sorted(os.environ), b'pytest' in host_cmdline]
 """
     result = await attack(program, level)
-    seen, pid, env, read_host = result.value
+    pid, env, read_host = result.value
     assert "SANDBOX_HOST_SECRET" not in env  # the environment is scrubbed at every level
     assert set(env) <= {"HOME", "LANG", "PATH", "PYTHONIOENCODING", "TMPDIR"}
     if level is Level.PROCESS:
-        assert (seen, read_host) == (True, True)  # the wall confined adds
+        assert read_host is True  # the wall confined adds
     else:
-        assert (seen, pid, read_host) == (False, 1, False)
+        assert (pid, read_host) == (1, False)
 
 
 @BOTH
