@@ -185,7 +185,8 @@ class Sizes:
 
     runs: int  # trivial and spawn runs per cell
     call_runs: int  # runs of each call-heavy program per cell
-    warmup: int
+    warmup: int  # uncounted trivial and spawn runs per cell
+    call_warmup: int  # uncounted runs of each call-heavy program per cell
     breakdown_runs: int
 
 
@@ -381,7 +382,7 @@ def run_cell(cell: Cell, sizes: Sizes, timeout: float) -> dict[str, list[float]]
         )
         return {cell.series()[0]: times}
     by_workload = anyio.run(
-        calls_batch, cell.level, sizes.call_runs, 1, timeout, backend=cell.backend
+        calls_batch, cell.level, sizes.call_runs, sizes.call_warmup, timeout, backend=cell.backend
     )
     return {f"{cell.backend}/{cell.level}/{w}": t for w, t in by_workload.items()}
 
@@ -922,19 +923,19 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="fewer runs (under a minute)")
     parser.add_argument("--rounds", type=int, default=None, help="rounds (default 3)")
     parser.add_argument(
-        "--runs", type=int, default=None, help="trivial and spawn runs per cell (100; quick 20)"
+        "--runs", type=int, default=None, help="trivial and spawn runs per cell (100; quick 12)"
     )
     parser.add_argument(
         "--call-runs",
         type=int,
         default=None,
-        help="runs of each call-heavy program per cell (8; quick 3)",
+        help="runs of each call-heavy program per cell (8; quick 2)",
     )
     parser.add_argument(
         "--breakdown-runs",
         type=int,
         default=None,
-        help="timestamped process runs per backend and pin (20; quick 8; 0: none)",
+        help="timestamped process runs per backend and pin (20; quick 6; 0: none)",
     )
     parser.add_argument(
         "--backend", action="append", choices=BACKENDS, help="repeatable (default both)"
@@ -988,10 +989,11 @@ def main(argv: list[str] | None = None) -> None:
     q = opts.quick
     rounds: int = opts.rounds or 3
     sizes = Sizes(
-        runs=opts.runs or (20 if q else 100),
-        call_runs=opts.call_runs or (3 if q else 8),
-        warmup=2,
-        breakdown_runs=(8 if q else 20) if opts.breakdown_runs is None else opts.breakdown_runs,
+        runs=opts.runs or (12 if q else 100),
+        call_runs=opts.call_runs or (2 if q else 8),
+        warmup=1 if q else 2,
+        call_warmup=0 if q else 1,
+        breakdown_runs=(6 if q else 20) if opts.breakdown_runs is None else opts.breakdown_runs,
     )
     backends: list[str] = list(dict.fromkeys(opts.backend or BACKENDS))
     pins: list[str] = list(dict.fromkeys(opts.pin or PINS))
@@ -1059,7 +1061,10 @@ def main(argv: list[str] | None = None) -> None:
             "quick": q,
             "runs_per_cell": sizes.runs,
             "call_runs_per_cell": sizes.call_runs,
-            "warmup_runs_per_cell": {"trivial_and_spawn": sizes.warmup, "calls": 1},
+            "warmup_runs_per_cell": {
+                "trivial_and_spawn": sizes.warmup,
+                "calls": sizes.call_warmup,
+            },
             "breakdown_runs": sizes.breakdown_runs,
             "backends": backends,
             "pins": {pin: PIN_TITLES[pin] for pin in pins},
