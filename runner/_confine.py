@@ -19,6 +19,8 @@ If any wall cannot be put up, the program does not run: the runner reports the f
 
 from __future__ import annotations
 
+import functools
+
 import msgspec
 
 from . import _landlock, _namespaces, _seccomp
@@ -54,13 +56,24 @@ def parse(text: str) -> ConfineRequest:
         raise ValueError(f"--confine: {exc}") from None
 
 
+@functools.cache
+def _read_only(import_paths: tuple[str, ...]) -> tuple[str, ...]:
+    return _namespaces.python_read_only(import_paths)
+
+
+def warm(request: ConfineRequest) -> None:
+    """Compute, in a template process, what every confined child it forks would compute."""
+    _read_only(request.import_paths)
+    _seccomp.build_filter(_seccomp._host_arch())
+
+
 def confine(request: ConfineRequest) -> None:
     """Put up every wall (see the module docstring); returns inside them, as PID 1.
 
     Raises:
         ValueError, OSError: a wall could not be put up; the program must not run.
     """
-    read_only = _namespaces.python_read_only(request.import_paths)
+    read_only = _read_only(request.import_paths)
     _namespaces.enter(
         _namespaces.ConfineSpec(
             read_only=read_only,

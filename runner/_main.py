@@ -82,6 +82,9 @@ if TYPE_CHECKING:
     from ._backends import Backend
 
 __all__ = [
+    "READY_FAILED",
+    "READY_OK",
+    "Arguments",
     "DEFAULT_START_TIMEOUT",
     "EXIT_NO_START",
     "EXIT_OK",
@@ -89,6 +92,7 @@ __all__ = [
     "EXIT_USAGE",
     "main",
     "run",
+    "serve",
 ]
 
 #: Seconds to wait for the Start. Long enough for a loaded host to get round to a runner it
@@ -103,8 +107,12 @@ EXIT_USAGE: Final = 64  # os.EX_USAGE, spelled out: os.EX_USAGE does not exist o
 
 _USAGE: Final = (
     "usage: python -m runner START_R START_W CALL_R CALL_W "
-    "[--backend NAME] [--start-timeout SECONDS] [--confine JSON]"
+    "[--backend NAME] [--start-timeout SECONDS] [--confine JSON] [--ready FD] [--supervised]"
 )
+#: The byte written to ``--ready`` once the runner waits for its Start; a failure to put
+#: up the walls writes ``READY_FAILED`` followed by the reason instead.
+READY_OK: Final = b"R"
+READY_FAILED: Final = b"!"
 
 # prctl(2) options and the signal number, from <linux/prctl.h> and <signal.h>.
 #: After its Result, how long the runner waits for the parent to close the start channel.
@@ -120,25 +128,40 @@ class _UsageError(Exception):
     pass
 
 
-class _Arguments:
-    __slots__ = ("backend", "call_fds", "confine", "start_fds", "start_timeout")
+class Arguments:
+    """What one run of the runner is told (by its command line, or by the zygote)."""
+
+    __slots__ = (
+        "backend",
+        "call_fds",
+        "confine",
+        "ready_fd",
+        "start_fds",
+        "start_timeout",
+        "supervised",
+    )
 
     def __init__(
         self,
         start_fds: tuple[int, int],
         call_fds: tuple[int, int],
-        backend: str,
-        start_timeout: float | None,
-        confine: str,
+        *,
+        backend: str = DEFAULT_BACKEND,
+        start_timeout: float | None = DEFAULT_START_TIMEOUT,
+        confine: str = "",
+        ready_fd: int | None = None,
+        supervised: bool = False,
     ) -> None:
         self.start_fds = start_fds
         self.call_fds = call_fds
         self.backend = backend
         self.start_timeout = start_timeout
         self.confine = confine
+        self.ready_fd = ready_fd
+        self.supervised = supervised
 
 
-def _parse(argv: Sequence[str]) -> _Arguments:
+def _parse(argv: Sequence[str]) -> Arguments:
     """The command line, parsed by hand (argparse costs more to import than this runs).
 
     Raises:
@@ -149,12 +172,16 @@ def _parse(argv: Sequence[str]) -> _Arguments:
         "--backend": DEFAULT_BACKEND,
         "--start-timeout": str(DEFAULT_START_TIMEOUT),
         "--confine": "",
+        "--ready": "",
     }
+    supervised = False
     args = list(argv)
     while args:
         arg = args.pop(0)
         name, eq, value = arg.partition("=")
-        if name in options:
+        if arg == "--supervised":
+            supervised = True
+        elif name in options:
             if not eq:
                 if not args:
                     raise _UsageError(f"{name} needs a value")
@@ -188,11 +215,28 @@ def _parse(argv: Sequence[str]) -> _Arguments:
     if not seconds > 0:  # also refuses NaN
         raise _UsageError("--start-timeout must be positive")
     timeout = None if seconds == float("inf") else seconds
-    return _Arguments(start_fds, call_fds, options["--backend"], timeout, options["--confine"])
+    ready_fd = None
+    if options["--ready"]:
+        try:
+            ready_fd = int(options["--ready"])
+            os.fstat(ready_fd)
+        except (ValueError, OSError):
+            raise _UsageError(f"--ready: not an open descriptor: {options['--ready']!r}") from None
+        if ready_fd < 3 or ready_fd in fds:
+            raise _UsageError("--ready must be a descriptor of its own")
+    return Arguments(
+        start_fds,
+        call_fds,
+        backend=options["--backend"],
+        start_timeout=timeout,
+        confine=options["--confine"],
+        ready_fd=ready_fd,
+        supervised=supervised,
+    )
 
 
-def _tie_to_parent() -> None:
-    """Arm PR_SET_PDEATHSIG and PR_SET_CHILD_SUBREAPER; best effort, Linux only."""
+def _tie_to_parent(*, death_signal: bool = True) -> None:
+    """Arm PR_SET_PDEATHSIG (unless supervised) and PR_SET_CHILD_SUBREAPER; best effort."""
     if not sys.platform.startswith("linux"):
         return
     try:
@@ -201,7 +245,8 @@ def _tie_to_parent() -> None:
         prctl = ctypes.CDLL(None, use_errno=True).prctl
         prctl.argtypes = [ctypes.c_int, *[ctypes.c_ulong] * 4]
         prctl.restype = ctypes.c_int
-        prctl(_PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0)
+        if death_signal:
+            prctl(_PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0)
         prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     except (ImportError, OSError, AttributeError):
         pass  # no ctypes, no libc, or no prctl: the host's other walls still stand
@@ -289,20 +334,54 @@ def run(argv: Sequence[str]) -> int:
     except _UsageError as exc:
         _say(f"{exc}\n{_USAGE}")
         return EXIT_USAGE
-    _tie_to_parent()
+    _tie_to_parent(death_signal=not args.supervised)
     if os.getppid() != parent:  # died before the death signal was armed: nobody to serve
         _say("the parent exited before the runner started")
         return EXIT_ORPHANED
+    return serve(args)
+
+
+def _ready(fd: int | None, message: bytes) -> None:
+    """Tell the host (through ``--ready``) that the runner waits for its Start, or why not."""
+    if fd is None:
+        return
+    try:
+        os.write(fd, message)
+    except OSError:
+        pass  # the host is gone or stopped listening: it will see the rest as it can
+    finally:
+        os.close(fd)
+
+
+def serve(args: Arguments) -> int:
+    """Steps 2 to 5 of the module docstring, for a runner already tied to its parent.
+
+    With ``args.ready_fd``, the walls (``args.confine``) go up *before* the Start is read,
+    and the runner then writes :data:`READY_OK` to that descriptor (or :data:`READY_FAILED`
+    and the reason, and exits); the host sets the run's limits on every process of the run
+    once it has read it. This is how the zygote's children run, confined before anything of
+    the run (the Start included) reaches them. Without it, the walls go up after the Start.
+    """
     for fd in (*args.start_fds, *args.call_fds):
         # Inherited on purpose, but not to be passed on: a process the program execs must not
         # hold the channels open, or the parent would not see EOF when the runner dies.
         os.set_inheritable(fd, False)
+    if args.ready_fd is not None:
+        os.set_inheritable(args.ready_fd, False)
     try:
         backend = get_backend(args.backend)
         backend.prepare()
     except (LookupError, ImportError) as exc:
         _say(str(exc))
+        _ready(args.ready_fd, READY_FAILED + str(exc).encode())
         return EXIT_USAGE
+    early = args.ready_fd is not None
+    if early and args.confine:
+        failure = _confine(args.confine)
+        if failure is not None:  # nothing of the run has arrived; the host is told why
+            _ready(args.ready_fd, READY_FAILED + failure.encode("utf-8", "replace"))
+            return EXIT_NOT_CONFINED
+    _ready(args.ready_fd, READY_OK)
     runner = Runner(*args.start_fds)
     try:
         start = runner.await_start(args.start_timeout)
@@ -310,13 +389,14 @@ def run(argv: Sequence[str]) -> int:
         _say(f"no Start within {args.start_timeout} s")
         return EXIT_NO_START
     except ChannelClosed:
-        _say("the start channel closed before a Start arrived")
+        if not early:  # a warm child that was never used: not worth a line in the logs
+            _say("the start channel closed before a Start arrived")
         return EXIT_NO_START
     except (ProtocolError, OSError) as exc:
         _say(f"no usable Start: {exc}")
         return EXIT_NO_START
     client = Client(*args.call_fds)
-    if args.confine:
+    if args.confine and not early:
         failure = _confine(args.confine)
         if failure is not None:  # the program must not run without its walls
             try:

@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import functools
 import os
 import struct
 import sys
@@ -363,10 +364,12 @@ def syscall_number(arch: str, name: str) -> int | None:
     raise ValueError(f"seccomp: no syscall number for {name!r} in this module's tables")
 
 
+@functools.cache
 def build_filter(arch: str) -> bytes:
     """The filter for ``arch``, as the array of ``struct sock_filter`` the kernel takes.
 
-    Pure: the same architecture always gives the same bytes, on any host.
+    Pure: the same architecture always gives the same bytes, on any host (and so it is
+    cached: a zygote builds it once for every child it forks).
 
     Args:
         arch: one of :data:`ARCHITECTURES` (``amd64`` and ``arm64`` are accepted as aliases).

@@ -22,6 +22,7 @@ from ._errors import (
 )
 from ._levels import Level, confinement_gaps, unenforceable
 from ._result import RunResult
+from ._supervisor import Pool, Spawn
 from ._tools import Tool, Toolset, tool
 
 __all__ = [
@@ -32,8 +33,10 @@ __all__ = [
     "ConfinementUnavailable",
     "Kind",
     "Level",
+    "Pool",
     "RunResult",
     "SandboxError",
+    "Spawn",
     "SpawnFailed",
     "Tool",
     "ToolError",

@@ -13,11 +13,14 @@ from ._inprocess import run_in_process
 from ._levels import Level, cgroups_usable, check_budget, confinement_gaps
 from ._process import run_process
 from ._result import RunResult
+from ._supervisor import Pool, Spawn
 from ._tools import Tool, Toolset
 
 __all__ = ["run", "run_sync"]
 
 Tools = Iterable[Tool | Callable[..., Any]] | Mapping[str, Any] | Toolset
+#: What ``spawn=None`` means. (The test suite runs every child-level test with each mode.)
+_DEFAULT_SPAWN: Spawn | Pool = Spawn.ZYGOTE
 
 
 async def run(
@@ -26,6 +29,7 @@ async def run(
     tools: Tools = (),
     budget: Budget | None = None,
     level: Level | str = Level.PROCESS,
+    spawn: Spawn | str | Pool | None = None,
 ) -> RunResult:
     """Run ``program`` (Python source) in a sandbox, with ``tools`` as ``host.<name>``.
 
@@ -38,15 +42,24 @@ async def run(
         tools: host tools the program may call (functions or :class:`Tool` objects).
         budget: limits for the run; every item asked for is enforced or refused.
         level: the isolation level.
+        spawn: how the child process is made, for the ``process`` and ``confined``
+            levels: None or ``"zygote"`` (the default: forked from a warm template, about a
+            millisecond), ``"cold"`` (a fresh interpreter, tens of milliseconds), ``"pool"``
+            (taken from the process-wide pool of children forked ahead), or a :class:`Pool`
+            of your own. A child never serves two runs, whichever way it was made.
 
     Raises:
         BudgetUnsupported: the budget asks for something ``level`` cannot enforce here.
         ConfinementUnavailable: ``confined`` was asked for and this host lacks a wall.
         ToolError: a tool cannot be bound (a bad or duplicate name).
         SpawnFailed: the child process could not be started.
-        ValueError: an unknown level.
+        ValueError: an unknown level or spawn mode.
     """
     level = Level(level)
+    if spawn is None:
+        spawn = _DEFAULT_SPAWN
+    elif not isinstance(spawn, Pool):
+        spawn = Spawn(spawn)
     budget = budget or Budget()
     check_budget(level, budget)
     toolset = tools if isinstance(tools, Toolset) else Toolset(tools)
@@ -58,7 +71,7 @@ async def run(
         if gaps:
             raise ConfinementUnavailable(gaps)
     return await run_process(
-        program, toolset, budget, use_cgroups=cgroups_usable(), confined=confined
+        program, toolset, budget, use_cgroups=cgroups_usable(), confined=confined, spawn=spawn
     )
 
 
@@ -68,11 +81,12 @@ def run_sync(
     tools: Tools = (),
     budget: Budget | None = None,
     level: Level | str = Level.PROCESS,
+    spawn: Spawn | str | Pool | None = None,
     backend: str = "asyncio",
 ) -> RunResult:
     """:func:`run` for synchronous code: starts an event loop (``backend``) for one run."""
 
     async def main() -> RunResult:
-        return await run(program, tools=tools, budget=budget, level=level)
+        return await run(program, tools=tools, budget=budget, level=level, spawn=spawn)
 
     return anyio.run(main, backend=backend)

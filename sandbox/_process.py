@@ -27,25 +27,18 @@ tree), reap it all, remove the cgroups and the working directory.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import math
 import os
 import resource
-import shutil
 import signal
-import subprocess
-import sys
-import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Final
 
 import anyio
 import anyio.abc
 import msgspec
-import psutil
 
 from protocol import (
     VERSION,
@@ -62,21 +55,13 @@ from protocol import (
 
 from ._budget import Budget
 from ._errors import SpawnFailed
-from ._reaper import (
-    CgroupSet,
-    become_subreaper,
-    dead_children,
-    kill_tree,
-    reap,
-    session_zombies,
-)
+from ._reaper import kill_tree
 from ._result import RunResult
+from ._supervisor import Child, Pool, Spawn, acquire
 from ._tools import Toolset
 
 __all__ = ["run_process"]
 
-_ROOT: Final = Path(__file__).resolve().parent.parent
-_MSGSPEC_DIR: Final = Path(msgspec.__file__).resolve().parent.parent
 #: How long a runner that has sent its Result (or been told to stop) gets to exit by
 #: itself, and again after SIGTERM, before SIGKILL. Short: a runner that has answered has
 #: nothing left to do, and one that has not answered gets no say.
@@ -84,21 +69,8 @@ _GRACE: Final = 0.5
 #: The longest the end of a run may take (killing, reaping, removing); it is shielded from
 #: cancellation, so it needs a deadline of its own.
 _CLEANUP_DEADLINE: Final = 10.0
-#: The call channel's pipe buffers: large enough for a big result to move in few reads.
-_PIPE_BYTES: Final = 1 << 20
 #: The runner's exit status when it could not put up the confined level's walls.
 _EXIT_NOT_CONFINED: Final = 4
-_BOOT: Final = "import sys; sys.path[:0] = {paths!r}; from runner._main import main; main()"
-
-
-def _scrubbed_env(workdir: str) -> dict[str, str]:
-    return {
-        "PATH": "/usr/local/bin:/usr/bin:/bin",
-        "HOME": workdir,
-        "TMPDIR": workdir,
-        "LANG": "C.UTF-8",
-        "PYTHONIOENCODING": "utf-8",
-    }
 
 
 @dataclass
@@ -140,103 +112,47 @@ def _set_rlimits(pid: int, budget: Budget) -> None:
     resource.prlimit(pid, resource.RLIMIT_CORE, (0, 0))
 
 
-def _undo_setup(pipes: list[int], cgroups: CgroupSet | None, workdir: str) -> None:
-    """Remove what a run made before its child existed (the spawn failed)."""
-    for fd in pipes:
-        os.close(fd)
-    if cgroups is not None:
-        cgroups.remove()
-    shutil.rmtree(workdir, ignore_errors=True)
-
-
-def _confine_argument(workdir: str) -> list[str]:
-    """The runner's ``--confine`` option: what the confined level's view must hold."""
-    request = {
-        "workdir": workdir,
-        "import_paths": [
-            str(_ROOT / "protocol"),
-            str(_ROOT / "runner"),
-            str(_MSGSPEC_DIR / "msgspec"),
-        ],
-    }
-    return ["--confine", msgspec.json.encode(request).decode()]
-
-
 async def run_process(
-    program: str, toolset: Toolset, budget: Budget, *, use_cgroups: bool, confined: bool = False
+    program: str,
+    toolset: Toolset,
+    budget: Budget,
+    *,
+    use_cgroups: bool,
+    confined: bool = False,
+    spawn: Spawn | Pool = Spawn.ZYGOTE,
 ) -> RunResult:
     """Run ``program`` in a fresh child process under ``budget``. See the module docstring.
 
-    With ``confined``, the runner puts up the confined level's walls (namespaces, the
-    filesystem view, Landlock, seccomp) after its Start arrives and before the program runs.
+    With ``confined``, the child puts up the confined level's walls (namespaces, the
+    filesystem view, Landlock, seccomp) before it reads its Start.
 
     Raises:
         SpawnFailed: the child could not be started (nothing is left behind).
     """
-    become_subreaper()
     t0 = time.perf_counter()
-    run_id = uuid.uuid4().hex[:16]
-    workdir = tempfile.mkdtemp(prefix="sandbox-run-")
-    cgroups: CgroupSet | None = None
-    pipes: list[int] = []
+    child = await acquire(spawn, confined=confined, use_cgroups=use_cgroups)
+    start_ch = FdChannel(*child.start_fds)
+    call_ch = FdChannel(*child.call_fds)
+    out_ch = FdChannel(child.out_fd, child.out_fd)
+    err_ch = FdChannel(child.err_fd, child.err_fd)
+    child.hand_over()
+    run = _Run(child, budget, t0, start_ch, "confined" if confined else "process")
     try:
-        if use_cgroups:
-            cgroups = CgroupSet.create(
-                f"run-{run_id}", memory=budget.max_memory, pids=budget.max_processes
-            )
-        for _ in range(6):
-            pipes.extend(os.pipe())
-    except OSError as exc:
-        _undo_setup(pipes, cgroups, workdir)
-        raise SpawnFailed(f"cannot prepare the run: {exc}") from exc
-    # (read, write) pairs: start down/up, call down/up, stdout, stderr.
-    sd_r, sd_w, su_r, su_w, cd_r, cd_w, cu_r, cu_w, out_r, out_w, err_r, err_w = pipes
-    for fd in (cd_w, cu_w):
-        # A 1 MiB pipe moves a large result in 16 reads, not 256 (PERF-NOTES: bulk
-        # transfer 1.2-1.3x faster); best effort, as pipe-max-size may forbid it.
-        with contextlib.suppress(OSError):
-            fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
-    child_fds = (sd_r, su_w, cd_r, cu_w)
-    argv = [
-        sys.executable,
-        "-I",
-        "-S",
-        "-c",
-        _BOOT.format(paths=[str(_ROOT), str(_MSGSPEC_DIR)]),
-        *map(str, child_fds),
-        *(_confine_argument(workdir) if confined else ()),
-    ]
-    try:
-        # Synchronous on purpose: Popen spawns with vfork in well under a millisecond of
-        # the event loop's time, where an async spawn would add a thread or a watcher.
-        proc = subprocess.Popen(  # noqa: ASYNC220
-            argv,
-            pass_fds=child_fds,
-            stdin=subprocess.DEVNULL,
-            stdout=out_w,
-            stderr=err_w,
-            cwd=workdir,
-            env=_scrubbed_env(workdir),
-            start_new_session=True,
-        )
-    except OSError as exc:
-        _undo_setup(pipes, cgroups, workdir)
-        raise SpawnFailed(f"cannot start the runner: {exc}") from exc
-    for fd in (*child_fds, out_w, err_w):
-        os.close(fd)
-    start_ch = FdChannel(su_r, sd_w)
-    call_ch = FdChannel(cu_r, cd_w)
-    out_ch = FdChannel(out_r, out_r)
-    err_ch = FdChannel(err_r, err_r)
-    run = _Run(proc, cgroups, workdir, budget, t0, start_ch, "confined" if confined else "process")
-    try:
+        not_ready = await child.wait_ready()
+        if not_ready is not None:
+            return await run.refused(not_ready, out_ch, err_ch)
         try:
-            if cgroups is not None:
-                cgroups.add(proc.pid)
-            _set_rlimits(proc.pid, budget)
+            run.apply_limits()
         except OSError as exc:
-            raise SpawnFailed(f"cannot confine the runner: {exc}") from exc
-        return await run.drive(program, toolset, start_ch, call_ch, out_ch, err_ch)
+            raise SpawnFailed(f"cannot set the run's limits: {exc}") from exc
+        refill = child.refill
+        if refill is None:
+            return await run.drive(program, toolset, start_ch, call_ch, out_ch, err_ch)
+        async with anyio.create_task_group() as tg:
+            # The pool asks for this child's replacement while the program runs.
+            tg.start_soon(anyio.to_thread.run_sync, refill)
+            result = await run.drive(program, toolset, start_ch, call_ch, out_ch, err_ch)
+        return result
     finally:
         with anyio.CancelScope(shield=True), anyio.move_on_after(_CLEANUP_DEADLINE):
             call_ch.close()
@@ -246,32 +162,59 @@ async def run_process(
 
 
 class _Run:
-    """The state of one process-level run, from spawn to reaping."""
+    """The state of one process-level run, from its child's request to its reaping."""
 
     def __init__(
-        self,
-        proc: subprocess.Popen[bytes],
-        cgroups: CgroupSet | None,
-        workdir: str,
-        budget: Budget,
-        t0: float,
-        start_ch: FdChannel,
-        level: str,
+        self, child: Child, budget: Budget, t0: float, start_ch: FdChannel, level: str
     ) -> None:
         self.level = level
-        self.proc = proc
+        self.child = child
         self.start_ch = start_ch
-        self.cgroups = cgroups
-        self.workdir = workdir
+        self.cgroups = child.cgroups
         self.budget = budget
         self.t0 = t0
-        self.pidfd = os.pidfd_open(proc.pid)
-        self.status: int | None = None
-        self.rusage: resource.struct_rusage | None = None
         self.ended = False
         self.memory_hit = False
         self.pids_hit = False
         self.peak_memory: int | None = None
+
+    @property
+    def status(self) -> int | None:
+        exited = self.child.exited
+        return None if exited is None else exited.status
+
+    def apply_limits(self) -> None:
+        """Set the run's limits on its cgroups and on every process it has (before Start).
+
+        Raises:
+            OSError: a limit could not be set.
+        """
+        budget = self.budget
+        if self.cgroups is not None:
+            self.cgroups.set_limits(memory=budget.max_memory, pids=budget.max_processes)
+        for pid in self._runner_pids():
+            _set_rlimits(pid, budget)
+
+    async def refused(self, reason: str, out_ch: FdChannel, err_ch: FdChannel) -> RunResult:
+        """The result of a run whose child could not be made ready (no Start was sent)."""
+        await self.end()
+        stderr = _Output(self.budget.max_output)
+        with anyio.move_on_after(_GRACE):
+            await stderr.drain(err_ch)
+        confinement = self._exit_code() == _EXIT_NOT_CONFINED
+        return RunResult(
+            ok=False,
+            kind=Kind.DENIED if confinement else Kind.UNKNOWN,
+            cause="confinement" if confinement else "crash",
+            error=reason,
+            stderr=stderr.text(),
+            stderr_truncated=stderr.truncated,
+            stderr_bytes=stderr.total,
+            wall_time=time.perf_counter() - self.t0,
+            exit_code=self._exit_code(),
+            signal=self._signal(),
+            level=self.level,
+        )
 
     async def drive(
         self,
@@ -431,27 +374,32 @@ class _Run:
                 )
         return (Kind.UNKNOWN, "crash", f"the runner ended ({how}) without sending a Result")
 
-    def _kill_all(self, spare: frozenset[int]) -> set[int]:
+    def _kill_all(self, spare: frozenset[int]) -> None:
         if self.cgroups is not None:
-            return self.cgroups.kill_all(spare=spare)
-        found = kill_tree(self.proc.pid) if self.status is None else set()
-        if not spare:
+            self.cgroups.kill_all(spare=spare)
+            return
+        pid = self.child.pid
+        if pid is not None and not self.child.exit_seen():
+            kill_tree(pid)
+        if not spare and pid is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-        return found
+                os.killpg(pid, signal.SIGKILL)
 
     def _runner_pids(self) -> frozenset[int]:
         """The runner's own processes: its pid, and when confined, PID 1 of its namespace.
 
-        A confined runner forks once as it enters its namespaces; the process the host
-        started waits outside for PID 1, and PID 1 is what runs the program.
+        A confined runner forks once as it enters its namespaces; the process the zygote
+        made waits outside for PID 1, and PID 1 is what runs the program.
         """
-        pid = self.proc.pid
+        pid = self.child.pid
+        if pid is None:
+            return frozenset()
         if self.level != "confined":
             return frozenset({pid})
         try:
-            return frozenset({pid, *(kid.pid for kid in psutil.Process(pid).children())})
-        except psutil.Error:
+            with open(f"/proc/{pid}/task/{pid}/children") as f:
+                return frozenset({pid, *map(int, f.read().split())})
+        except OSError:
             return frozenset({pid})
 
     def _exit_code(self) -> int | None:
@@ -465,28 +413,18 @@ class _Run:
         return os.WTERMSIG(self.status)
 
     def _cpu_time(self) -> float | None:
-        if self.rusage is None:
-            return None
-        return self.rusage.ru_utime + self.rusage.ru_stime
+        exited = self.child.exited
+        return None if exited is None else exited.utime + exited.stime
 
-    async def _wait_exit(self, seconds: float) -> bool:
-        """Wait up to ``seconds`` for the runner to exit; reap it. Returns whether it did."""
-        if self.status is not None:
-            return True
-        with anyio.move_on_after(seconds):
-            await anyio.wait_readable(self.pidfd)  # readable once the process has exited
-        pid, status, rusage = os.wait4(self.proc.pid, os.WNOHANG)  # noqa: ASYNC222 (never blocks)
-        if pid == 0:
-            return False
-        self.status = status
-        self.rusage = rusage
-        self.proc.returncode = (
-            -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-        )
-        return True
+    def _signal_runner(self, sig: signal.Signals) -> None:
+        if self.child.pidfd is not None:
+            with contextlib.suppress(ProcessLookupError, OSError):
+                signal.pidfd_send_signal(self.child.pidfd, sig)
 
     async def end(self, *, answered: bool = False) -> None:
-        """Kill and reap everything the run started; remove what it made. Idempotent.
+        """Kill everything the run started, wait for the runner; remove what it made.
+
+        Idempotent. The zygote reaps the runner and whatever the run left under it.
 
         Args:
             answered: the runner sent its Result, so it is given a grace period to exit by
@@ -495,38 +433,30 @@ class _Run:
         if self.ended:
             return
         self.ended = True
-        pid = self.proc.pid
+        child = self.child
         try:
-            # 1. Everything the program started dies at once, counted while the runner
-            #    (a subreaper) still holds the tree together.
-            found = self._kill_all(spare=self._runner_pids())
-            if self.status is None and self.level != "confined":
-                # (In a PID namespace, PID 1 inherits the orphans and the kernel reaps
-                # them all when it exits.)
-                found |= dead_children(pid)
+            # 1. Everything the program started dies at once, while the runner (their
+            #    subreaper) still holds the tree together.
+            self._kill_all(spare=self._runner_pids())
             self.start_ch.close()  # the runner may go now
             # 2. The runner: after a Result it exits by itself once it reads EOF on the
             #    start channel (closed just now); otherwise, or if something holds it up
             #    (threads the program left running), SIGTERM, a grace period, SIGKILL.
-            if not await self._wait_exit(_GRACE if answered else 0):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGTERM)
-                if not await self._wait_exit(_GRACE):
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGKILL)
-                    await self._wait_exit(_CLEANUP_DEADLINE)
-            # 3. Anything started while the runner was being stopped, then reap it all.
-            found |= self._kill_all(spare=frozenset())
-            found |= session_zombies(pid)
-            found.discard(pid)
-            reap(found)
+            if child.pid is not None and not await child.wait_exit(_GRACE if answered else 0):
+                self._signal_runner(signal.SIGTERM)
+                if not await child.wait_exit(_GRACE):
+                    self._signal_runner(signal.SIGKILL)
+                    await child.wait_exit(_CLEANUP_DEADLINE)
+            # 3. Anything started while the runner was being stopped.
+            self._kill_all(spare=frozenset())
+            if child.exited is None and not child.zygote_lost and child.pid is not None:
+                # The zygote reports the status right after it reaps: worth a short wait.
+                await child.wait_exit(_GRACE)
         finally:
-            os.close(self.pidfd)
             if self.cgroups is not None:
                 self.memory_hit = self.cgroups.memory_exceeded()
                 self.pids_hit = self.cgroups.pids_exceeded()
                 self.peak_memory = self.cgroups.memory_peak()
-                self.cgroups.remove()
-            elif self.rusage is not None:
-                self.peak_memory = self.rusage.ru_maxrss * 1024
-            shutil.rmtree(self.workdir, ignore_errors=True)
+            elif child.exited is not None:
+                self.peak_memory = child.exited.maxrss
+            child.release()

@@ -128,18 +128,31 @@ class CgroupSet:
                 path = base / name
                 path.mkdir()
                 dirs[controller] = path
-            if pids is not None:
-                (dirs["pids"] / "pids.max").write_text(str(pids))
-            if memory is not None:
-                mem = dirs["memory"]
-                (mem / "memory.limit_in_bytes").write_text(str(memory))
-                swap = mem / "memory.memsw.limit_in_bytes"
-                if swap.exists():  # no escape into swap
-                    swap.write_text(str(memory))
+            made.set_limits(memory=memory, pids=pids)
         except BaseException:
             made.remove()
             raise
         return made
+
+    def set_limits(self, *, memory: int | None, pids: int | None) -> None:
+        """Limit the set's memory and process count (None leaves that one unlimited).
+
+        Raises:
+            OSError: a limit could not be set (for memory: the run already uses more).
+        """
+        if pids is not None:
+            (self.dirs["pids"] / "pids.max").write_text(str(pids))
+        if memory is not None:
+            mem = self.dirs["memory"]
+            (mem / "memory.limit_in_bytes").write_text(str(memory))
+            swap = mem / "memory.memsw.limit_in_bytes"
+            if swap.exists():  # no escape into swap
+                swap.write_text(str(memory))
+
+    def procs_files(self) -> tuple[str, ...]:
+        """The ``cgroup.procs`` file of each cgroup: a process that writes its pid to each
+        of them joins the set."""
+        return tuple(str(path / "cgroup.procs") for path in self.dirs.values())
 
     def add(self, pid: int) -> None:
         """Put ``pid`` in every cgroup of the set (before it runs untrusted code)."""
@@ -162,6 +175,11 @@ class CgroupSet:
         members any more, but will be re-parented to the host and must be reaped), sends
         SIGKILL to the members, and thaws so that the kills land.
         """
+        members = self.pids() - spare
+        if not members:
+            # Nothing to kill, and nothing that could fork but ``spare`` itself: no need
+            # to freeze (which costs milliseconds).
+            return set()
         freezer = self.dirs.get("freezer")
         state = None if freezer is None else freezer / "freezer.state"
         found: set[int] = set()
@@ -174,7 +192,7 @@ class CgroupSet:
                         time.sleep(0.001)
             members = self.pids()
             members -= spare
-            found |= members | zombie_children(members | spare)
+            found |= members
             for pid in members:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)

@@ -1,49 +1,123 @@
-"""Fixtures for runs: every test checks that its runs left nothing behind."""
+"""Fixtures for runs: every test checks that its runs left nothing behind, and the tests
+that ask for ``spawn`` run once per way of making a child (cold, zygote, pool)."""
 
 from __future__ import annotations
 
 import os
+import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
 
+from sandbox import Pool, Spawn, _api, _supervisor
+from sandbox._reaper import _CONTROLLERS, _base
 
-def runner_processes() -> list[psutil.Process]:
-    """Live processes started by any run (they all carry the runner's command line)."""
-    found = []
-    for proc in psutil.process_iter(["cmdline", "status"]):
+SPAWN_MODES = [Spawn.COLD, Spawn.ZYGOTE, Spawn.POOL]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "spawn" in metafunc.fixturenames:
+        metafunc.parametrize("spawn", SPAWN_MODES, indirect=True, ids=str)
+
+
+@pytest.fixture
+def spawn(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[Spawn]:
+    """Make ``request.param`` the default spawn mode of ``sandbox.run`` for one test; for
+    the pool, a pool of this test's own, closed (and checked empty) at the end."""
+    mode: Spawn = request.param
+    if mode is not Spawn.POOL:
+        monkeypatch.setattr(_api, "_DEFAULT_SPAWN", mode)
+        yield mode
+        return
+    with Pool(size=2) as pool:
+        monkeypatch.setattr(_api, "_DEFAULT_SPAWN", pool)
+        yield mode
+
+
+def run_processes() -> list[psutil.Process]:
+    """Live descendants of this process but the zygote and its keeper: the runs' processes.
+
+    Everything a run starts stays under the zygote (the runner and the zygote are both
+    subreapers), so nothing of this host's runs can hide outside this tree, and nothing of
+    another host's runs (another test process, a benchmark) is counted.
+    """
+    keep = _supervisor.host_processes()
+    for pid in list(keep):  # an idle confined child is two processes
         try:
-            cmdline = " ".join(proc.info["cmdline"] or ())
+            keep.update(p.pid for p in psutil.Process(pid).children())
         except psutil.Error:
+            pass
+    found = []
+    for proc in psutil.Process().children(recursive=True):
+        if proc.pid in keep:
             continue
-        # A run's process: python with the runner's bootstrap (or forked from one).
-        if "from runner._main import main" in cmdline and proc.pid != os.getpid():
+        try:
+            cmdline = " ".join(proc.cmdline())
+        except psutil.ZombieProcess:
+            cmdline = ""  # a dead process nobody has reaped: it counts
+        except psutil.Error:
+            continue  # gone
+        if "runner._main" in cmdline or "runner._zygote" in cmdline or not cmdline:
             found.append(proc)
     return found
 
 
-def run_dirs() -> set[str]:
-    """Temporary working directories of runs that still exist."""
-    import tempfile
+def _idle_children() -> list[_supervisor.Child]:
+    return [child for pool in list(_supervisor._pools) for child in pool.idle()]
 
-    return {p.name for p in Path(tempfile.gettempdir()).glob("sandbox-run-*")}
+
+def run_dirs() -> set[str]:
+    """This host's runs' working directories that still exist (not a pool's idle child's)."""
+    prefix = f"{_supervisor.WORKDIR_PREFIX}{os.getpid()}-"
+    held = {Path(child.workdir).name for child in _idle_children()}
+    return {p.name for p in Path(tempfile.gettempdir()).glob(f"{prefix}*")} - held
+
+
+def run_cgroups() -> set[Path]:
+    """This host's per-run cgroup directories that exist now, under every controller (not
+    a pool's idle child's)."""
+    found: set[Path] = set()
+    for controller in _CONTROLLERS:
+        base = _base(controller)
+        if base is not None and base.is_dir():
+            found.update(base.glob(f"run-{os.getpid()}-*"))
+    held = {
+        path
+        for child in _idle_children()
+        if child.cgroups is not None
+        for path in child.cgroups.dirs.values()
+    }
+    return found - held
 
 
 @pytest.fixture(autouse=True)
 def nothing_left_behind() -> Iterator[None]:
-    """After each test: no run's process, zombie, or working directory remains."""
+    """After each test: no run's process, zombie, working directory or cgroup remains.
+
+    The zygote reaps a run's processes as they die, a few milliseconds after the run
+    returns (the run itself returns only once they are dead); this waits up to two
+    seconds for that, and fails the test if anything is still there.
+    """
     dirs_before = run_dirs()
-    procs_before = {p.pid for p in runner_processes()}
+    cgroups_before = run_cgroups()
+    procs_before = {p.pid for p in run_processes()}
     yield
-    left = [p for p in runner_processes() if p.pid not in procs_before]
+    deadline = time.monotonic() + 2.0
+    while True:
+        left = [p for p in run_processes() if p.pid not in procs_before]
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.01)
     for proc in left:  # clean up for the next test, then fail this one
         try:
             proc.kill()
         except psutil.Error:
             pass
-    assert left == [], f"processes left running: {left}"
+    assert left == [], f"processes left: {left}"
     zombies = [c for c in psutil.Process().children() if c.status() == psutil.STATUS_ZOMBIE]
     assert zombies == [], f"zombies left: {zombies}"
     assert run_dirs() - dirs_before == set()
+    assert run_cgroups() - cgroups_before == set()

@@ -8,7 +8,7 @@ import pytest
 import sandbox
 from sandbox import Budget, BudgetError, BudgetUnsupported, Kind, Level, Tool, ToolError
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("spawn")]
 
 #: The call budgets hold the same at every level: the same Server counts every call.
 levels = pytest.mark.parametrize("level", [Level.IN_PROCESS, Level.PROCESS])

@@ -18,6 +18,7 @@ from sandbox import Budget, Kind, Level, RunResult
 
 pytestmark = [
     pytest.mark.anyio,
+    pytest.mark.usefixtures("spawn"),
     pytest.mark.skipif(
         bool(sandbox.confinement_gaps()),
         reason=f"confined level unavailable here: {sandbox.confinement_gaps()}",

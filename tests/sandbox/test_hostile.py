@@ -10,7 +10,7 @@ import pytest
 import sandbox
 from sandbox import Budget, Kind, Level, RunResult
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("spawn")]
 
 HOSTILE = Path(__file__).parent / "hostile"
 

@@ -1,0 +1,445 @@
+"""The zygote: a warm template process that forks one fresh runner per run.
+
+Process tree::
+
+    host ── keeper ── zygote ── runner (one per run, never two runs)
+                             ├─ runner ── the program's processes
+                             └─ ...
+
+The host starts the **keeper** with ``python -I -S`` and one end of a ``SOCK_SEQPACKET``
+socket pair (the control channel). The keeper is a child subreaper that only reaps: it
+forks the zygote first thing, and from then on waits for children. If the zygote dies, its
+runners are re-parented to the keeper, go on with their runs (the host still gets every
+Result it is owed), and are reaped there. If the host dies, the keeper gives the zygote a
+moment to clean up, then kills whatever is left under it, and exits.
+
+The **zygote** imports the runner, its backend, msgspec and the confined level's modules
+once, freezes its objects out of the garbage collector's reach (so that forked children
+share its pages rather than copying them), tells the host its pid, and serves requests.
+It is a subreaper too, and the parent of every runner.
+
+A request is a :class:`ForkRequest` with eight descriptors (:data:`FD_NAMES`): the run's
+channels and stdout/stderr ends, a ``ready`` pipe and the run's **report** socket. For each
+request the zygote forks once. In the child, before anything of the run arrives, it:
+
+* joins the run's cgroups (so everything it forks later is counted), starts a session,
+  makes the pipes its stdio and channels, closes every other descriptor (the control
+  channel included), moves to the run's working directory, takes the run's environment;
+* ``warm``: carries on as the runner (:func:`runner._main.serve`), which puts up the
+  confined level's walls if asked, writes ``ready``, and waits for its Start;
+* ``cold``: executes a fresh ``python -I -S`` runner with the same descriptors instead:
+  the reference point that shows what the warm path saves.
+
+In the zygote, the report socket gets ``forked`` (with a pidfd of the runner attached)
+and, once the zygote has reaped the runner, ``exited`` with its wait status and resource
+usage; then it is closed. A runner's own orphans, and processes left behind when a runner
+dies, come up to the zygote (its subreaper) and are killed on sight.
+
+When the control channel reaches EOF (the host closed it, or died), the zygote kills every
+runner and everything under them, removes their working directories and cgroups, and exits.
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import errno
+import os
+import select
+import shutil
+import signal
+import socket
+import sys
+import time
+from collections.abc import Sequence
+from typing import Final, NoReturn
+
+import msgspec
+
+__all__ = ["FD_NAMES", "Exited", "ForkRequest", "Forked", "main"]
+
+#: The descriptors that come with a request, in this order.
+FD_NAMES: Final = ("start_r", "start_w", "call_r", "call_w", "out_w", "err_w", "ready_w", "report")
+#: Where the run's channels and ready pipe land in the child (0, 1, 2 are its stdio).
+_CHILD_FDS: Final = (3, 4, 5, 6, 7)
+_MAX_MESSAGE: Final = 1 << 16
+_PR_SET_CHILD_SUBREAPER: Final = 36
+#: The exit status of a forked child that could not become a runner.
+EXIT_CHILD_SETUP: Final = 70
+#: How long the keeper waits for the zygote's own clean-up after the host has died.
+_KEEPER_GRACE: Final = 3.0
+
+
+class ForkRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """One run's child, as the host asks for it.
+
+    Attributes:
+        mode: ``warm`` (fork and carry on as the runner) or ``cold`` (fork and execute a
+            fresh interpreter).
+        workdir: the run's private working directory (its ``cwd``, and ``HOME``).
+        env: the run's whole environment.
+        cgroups: the ``cgroup.procs`` files the child joins first.
+        confine: the confined level's request (JSON), or empty for the process level.
+        start_timeout: seconds the runner waits for its Start; 0 for no limit.
+        argv: ``cold`` only: the interpreter and its options; the descriptors and runner
+            options are appended.
+    """
+
+    mode: str
+    workdir: str
+    env: dict[str, str]
+    cgroups: tuple[str, ...] = ()
+    confine: str = ""
+    start_timeout: float = 60.0
+    argv: tuple[str, ...] = ()
+
+
+class Forked(msgspec.Struct, frozen=True, tag="forked"):
+    pid: int
+
+
+class Exited(msgspec.Struct, frozen=True, tag="exited"):
+    status: int
+    utime: float
+    stime: float
+    maxrss: int
+
+
+class Failed(msgspec.Struct, frozen=True, tag="failed"):
+    error: str
+
+
+Report = Forked | Exited | Failed
+_request_decoder: Final = msgspec.json.Decoder(ForkRequest)
+report_decoder: Final = msgspec.json.Decoder(Report)
+
+
+def _prctl_subreaper() -> None:
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
+
+
+def _children() -> list[int]:
+    """This process's live children (every thread's, though the zygote has one)."""
+    kids: list[int] = []
+    with contextlib.suppress(OSError):
+        for tid in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{tid}/children") as f:
+                kids.extend(int(x) for x in f.read().split())
+    return kids
+
+
+def _kill_everything_below(deadline: float) -> None:
+    """SIGKILL every child until there is none left (orphans come up as parents die)."""
+    while time.monotonic() < deadline:
+        kids = _children()
+        for pid in kids:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                break
+        if not kids:
+            time.sleep(0.001)
+
+
+def _send(sock: socket.socket, report: Report, fds: Sequence[int] = ()) -> None:
+    data = msgspec.json.encode(report)
+    try:
+        if fds:
+            sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+        else:
+            sock.send(data)
+    except OSError:
+        pass  # the host stopped listening to this run: it will find out through its pidfd
+
+
+class _Runner:
+    __slots__ = ("cgroups", "report", "workdir")
+
+    def __init__(self, report: socket.socket, workdir: str, cgroups: tuple[str, ...]) -> None:
+        self.report = report
+        self.workdir = workdir
+        self.cgroups = cgroups
+
+
+class _Zygote:
+    def __init__(self, control: socket.socket) -> None:
+        self.control = control
+        self.runners: dict[int, _Runner] = {}
+        self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+
+    def serve(self) -> NoReturn:
+        signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        poller = select.poll()
+        poller.register(self.control, select.POLLIN)
+        poller.register(self.wake_r, select.POLLIN)
+        import gc
+
+        gc.collect()
+        gc.freeze()  # the children share these pages; no collection will touch them
+        _send(self.control, Forked(os.getpid()))  # hello: the host learns our pid
+        while True:
+            try:
+                events = poller.poll()
+            except InterruptedError:  # pragma: no cover (PEP 475 retries)
+                continue
+            for fd, _ in events:
+                if fd == self.wake_r:
+                    with contextlib.suppress(BlockingIOError):
+                        os.read(self.wake_r, 4096)
+                elif not self._receive():
+                    self._shutdown()
+            self._reap()
+
+    def _receive(self) -> bool:
+        """Handle one request; False once the control channel is at EOF (or broken)."""
+        try:
+            data, ancdata, _, _ = self.control.recvmsg(
+                _MAX_MESSAGE, socket.CMSG_SPACE(len(FD_NAMES) * 4)
+            )
+        except InterruptedError:
+            return True
+        except OSError:
+            return False
+        fds: list[int] = []
+        for level, kind, payload in ancdata:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                arr = array.array("i")
+                arr.frombytes(payload[: len(payload) - len(payload) % arr.itemsize])
+                fds.extend(arr)
+        if not data:
+            for fd in fds:
+                os.close(fd)
+            return False
+        if len(fds) != len(FD_NAMES):
+            for fd in fds:
+                os.close(fd)
+            return True  # not a request we can answer: nobody to answer it to either
+        report = socket.socket(fileno=fds[-1])
+        try:
+            request = _request_decoder.decode(data)
+        except msgspec.DecodeError as exc:
+            for fd in fds[:-1]:
+                os.close(fd)
+            _send(report, Failed(f"bad request: {exc}"))
+            report.close()
+            return True
+        self._fork(request, fds[:-1], report)
+        return True
+
+    def _fork(self, request: ForkRequest, fds: list[int], report: socket.socket) -> None:
+        if request.confine:
+            from . import _confine
+
+            try:  # what every confined child would compute, computed once here
+                _confine.warm(_confine.parse(request.confine))
+            except (ValueError, OSError):
+                pass  # the child will meet the same error, and report it
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            for fd in fds:
+                os.close(fd)
+            _send(report, Failed(f"fork: {exc}"))
+            report.close()
+            return
+        if pid == 0:
+            _child(request, fds, self.control.fileno())
+        for fd in fds:
+            os.close(fd)
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError as exc:  # pragma: no cover (kernels before 5.3)
+            _send(report, Failed(f"pidfd_open: {exc}"))
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        else:
+            _send(report, Forked(pid), [pidfd])
+            os.close(pidfd)
+        self.runners[pid] = _Runner(report, request.workdir, request.cgroups)
+
+    def _reap(self) -> None:
+        """Reap every dead child; then report the runners among them.
+
+        Reports go out only after the whole pass, so that when the host reads a runner's
+        status, the dead processes that runner left to us are reaped too.
+        """
+        reports: list[tuple[_Runner, Exited]] = []
+        while True:
+            try:
+                pid, status, usage = os.wait4(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            runner = self.runners.pop(pid, None)
+            if runner is not None:
+                exited = Exited(status, usage.ru_utime, usage.ru_stime, usage.ru_maxrss * 1024)
+                reports.append((runner, exited))
+        if reports:
+            # A runner that died left its program's processes to us: they belong to a run
+            # that is over.
+            for pid in _children():
+                if pid not in self.runners:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+        for runner, exited in reports:
+            _send(runner.report, exited)
+            runner.report.close()
+
+    def _shutdown(self) -> NoReturn:
+        """The host is gone or done: end every run, remove what they made, exit."""
+        _kill_everything_below(time.monotonic() + 5.0)
+        for runner in self.runners.values():
+            shutil.rmtree(runner.workdir, ignore_errors=True)
+            for procs in runner.cgroups:
+                with contextlib.suppress(OSError):
+                    os.rmdir(os.path.dirname(procs))
+        os._exit(0)
+
+
+def _child(request: ForkRequest, fds: list[int], control: int) -> NoReturn:
+    """In the forked child: become the run's runner (see the module docstring)."""
+    status = EXIT_CHILD_SETUP
+    try:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        os.close(control)
+        for procs in request.cgroups:
+            with open(procs, "w") as f:
+                f.write(str(os.getpid()))
+        os.setsid()
+        start_r, start_w, call_r, call_w, out_w, err_w, ready_w = fds
+        null = os.open("/dev/null", os.O_RDWR)
+        # Out of the way of 0-7 first, then into place.
+        high = [fcntl_dup(fd) for fd in (null, out_w, err_w, start_r, start_w, call_r, call_w)]
+        ready_high = fcntl_dup(ready_w)
+        for fd in (*fds, null):
+            os.close(fd)
+        for target, fd in enumerate(high):
+            os.dup2(fd, target)
+        os.dup2(ready_high, 7)
+        os.closerange(8, os.sysconf("SC_OPEN_MAX"))
+        os.chdir(request.workdir)
+        channels = ("3", "4", "5", "6")
+        timeout = str(request.start_timeout or "inf")
+        options = ["--ready", "7", "--supervised", "--start-timeout", timeout]
+        if request.confine:
+            options += ["--confine", request.confine]
+        if request.mode == "cold":
+            os.execve(request.argv[0], [*request.argv, *channels, *options], request.env)
+        from . import _main
+
+        os.environ.clear()
+        os.environ.update(request.env)
+        sys.argv = ["-c", *channels, *options]
+        _main._tie_to_parent(death_signal=False)
+        status = _main.serve(
+            _main.Arguments(
+                (3, 4),
+                (5, 6),
+                confine=request.confine,
+                ready_fd=7,
+                start_timeout=request.start_timeout or None,
+                supervised=True,
+            )
+        )
+        _main._flush_stdio()
+    except BaseException as exc:
+        with contextlib.suppress(BaseException):
+            os.write(2, f"runner: the zygote's child could not start: {exc!r}\n".encode())
+    os._exit(status)
+
+
+def fcntl_dup(fd: int) -> int:
+    import fcntl
+
+    return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 64)
+
+
+def _keeper(control: socket.socket, host: int) -> NoReturn:
+    """The process the host started: fork the zygote, then reap until there is no one."""
+    _prctl_subreaper()
+    host_fd = os.pidfd_open(host)
+    if os.getppid() != host:
+        os._exit(3)
+    zygote = os.fork()
+    if zygote == 0:
+        os.close(host_fd)
+        _prepare()
+        _prctl_subreaper()
+        _Zygote(control).serve()
+    control.close()
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    host_gone_at: float | None = None
+    while True:
+        try:
+            while True:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+                if pid == 0:
+                    break
+        except ChildProcessError:
+            os._exit(0)  # the zygote and everything under it are gone
+        timeout = None
+        if host_gone_at is None:
+            readable, _, _ = select.select([host_fd, wake_r], [], [])
+            if host_fd in readable:
+                host_gone_at = time.monotonic()
+        else:
+            timeout = host_gone_at + _KEEPER_GRACE - time.monotonic()
+            if timeout <= 0:
+                _kill_everything_below(time.monotonic() + 5.0)
+                os._exit(0)
+            select.select([wake_r], [], [], timeout)
+        with contextlib.suppress(BlockingIOError):
+            os.read(wake_r, 4096)
+
+
+def _prepare() -> None:
+    """Import what every runner needs, once, so that no child pays for it."""
+    import ctypes  # noqa: F401
+    import fcntl  # noqa: F401
+
+    from . import _confine, _main  # noqa: F401
+    from ._backends import DEFAULT_BACKEND, get_backend
+
+    get_backend(DEFAULT_BACKEND).prepare()
+    with contextlib.suppress(OSError, AttributeError):
+        from . import _libc, _namespaces
+
+        _libc.libc()
+        _namespaces._libc()
+
+
+def main(argv: Sequence[str] | None = None) -> NoReturn:
+    """``python -I -S -c '... main()' CONTROL_FD``: be the keeper (see the docstring)."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    try:
+        fd = int(args[0])
+        control = socket.socket(fileno=fd)
+    except (IndexError, ValueError, OSError) as exc:
+        sys.stderr.write(f"runner: usage: zygote CONTROL_FD ({exc})\n")
+        os._exit(64)
+    if control.type != socket.SOCK_SEQPACKET:
+        sys.stderr.write("runner: the zygote's control channel must be a SOCK_SEQPACKET\n")
+        os._exit(64)
+    os.set_inheritable(fd, False)
+    try:
+        _keeper(control, os.getppid())
+    except OSError as exc:
+        if exc.errno != errno.EINTR:
+            sys.stderr.write(f"runner: the zygote could not start: {exc}\n")
+        os._exit(70)

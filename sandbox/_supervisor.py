@@ -1,0 +1,656 @@
+"""Where a run's child comes from: a cold spawn, the zygote, or a pool of warm children.
+
+Theory of operation
+-------------------
+Every child-level run gets its child from the zygote (:mod:`runner._zygote`): the host
+starts one keeper + zygote pair per process, lazily, and keeps it for every run after.
+The zygote forks one child per run, and is the parent and subreaper of every runner, so the
+host itself never has to be a subreaper (and orphans of the host's other subprocesses are
+none of our business). Three ways to get a child (:class:`Spawn`):
+
+``cold``
+    the zygote forks and the child executes a fresh ``python -I -S`` runner: what a run
+    costs when every child starts Python from nothing. The reference point.
+``zygote``
+    the zygote forks, and the child is the runner already: no interpreter start, no imports.
+``pool``
+    children forked ahead of demand (a :class:`Pool`) and already confined, each waiting
+    for its Start; a run takes one, and a replacement is asked for at once. The fork is
+    not on the run's path at all.
+
+Whichever way, a child is prepared the same way (:class:`Child`): the host makes the run's
+working directory, its cgroups (no limits yet), its pipes and its report socket, and sends
+them with a :class:`~runner._zygote.ForkRequest`. The child joins the cgroups, puts up the
+confined level's walls if asked, and writes ``ready``; then the host sets the run's limits
+(cgroup limits, rlimits on every process of the run) and only then sends the Start. No
+child ever serves two runs: a runner exits after its one Result.
+
+The zygote reports each child's pid (with a pidfd) and, after reaping it, its exit status
+and resource usage, on the run's own report socket. If the zygote dies, its children go on
+(they are re-parented to the keeper, which reaps them), their runs end normally, and the
+next request starts a new pair; a run whose exit status was lost says so (no exit code).
+"""
+
+from __future__ import annotations
+
+import array
+import atexit
+import contextlib
+import fcntl
+import functools
+import os
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+import weakref
+from collections import deque
+from collections.abc import Callable
+from enum import StrEnum
+from pathlib import Path
+from typing import Final, Self
+
+import anyio
+import msgspec
+
+from runner._zygote import FD_NAMES, Exited, Failed, Forked, ForkRequest, report_decoder
+
+from ._errors import SpawnFailed
+from ._reaper import CgroupSet
+
+__all__ = ["Child", "Pool", "Spawn", "acquire", "shutdown", "zygote_pid"]
+
+_ROOT: Final = Path(__file__).resolve().parent.parent
+_MSGSPEC_DIR: Final = Path(msgspec.__file__).resolve().parent.parent
+_PATHS: Final = [str(_ROOT), str(_MSGSPEC_DIR)]
+_RUNNER_BOOT: Final = (
+    f"import sys; sys.path[:0] = {_PATHS!r}; from runner._main import main; main()"
+)
+_ZYGOTE_BOOT: Final = (
+    f"import sys; sys.path[:0] = {_PATHS!r}; from runner._zygote import main; main()"
+)
+#: The call channel's pipe buffers: large enough for a big result to move in few reads.
+_PIPE_BYTES: Final = 1 << 20
+#: How long a zygote may take to say hello, and to answer a request, before it is
+#: considered wedged and replaced.
+_ZYGOTE_TIMEOUT: Final = 30.0
+#: How long a child may take, once forked, to be ready (a cold child starts Python).
+_READY_TIMEOUT: Final = 60.0
+#: The prefix of every run's working directory; the host's pid follows it, so that the
+#: runs of one host can be told from another's.
+WORKDIR_PREFIX: Final = "sandbox-run-"
+
+
+class Spawn(StrEnum):
+    """How a run's child process is made (see the module docstring)."""
+
+    COLD = "cold"
+    ZYGOTE = "zygote"
+    POOL = "pool"
+
+
+def scrubbed_env(workdir: str) -> dict[str, str]:
+    """The whole environment of a run's child."""
+    return {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": workdir,
+        "TMPDIR": workdir,
+        "LANG": "C.UTF-8",
+        "PYTHONIOENCODING": "utf-8",
+    }
+
+
+def _confine_request(workdir: str) -> str:
+    """The confined level's request: what its view must hold."""
+    request = {
+        "workdir": workdir,
+        "import_paths": [
+            str(_ROOT / "protocol"),
+            str(_ROOT / "runner"),
+            str(_MSGSPEC_DIR / "msgspec"),
+        ],
+    }
+    return msgspec.json.encode(request).decode()
+
+
+class _Zygote:
+    """The host's handle on one keeper + zygote pair."""
+
+    def __init__(self) -> None:
+        control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self.keeper = subprocess.Popen(
+                [sys.executable, "-I", "-S", "-c", _ZYGOTE_BOOT, str(theirs.fileno())],
+                pass_fds=[theirs.fileno()],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                cwd="/",
+                env=scrubbed_env("/"),
+                start_new_session=True,
+            )
+        except OSError as exc:
+            control.close()
+            raise SpawnFailed(f"cannot start the zygote: {exc}") from exc
+        finally:
+            theirs.close()
+        self.control = control
+        try:
+            control.settimeout(_ZYGOTE_TIMEOUT)
+            hello = report_decoder.decode(control.recv(4096))
+            if not isinstance(hello, Forked):
+                raise ValueError(f"unexpected hello {hello!r}")
+            self.pid = hello.pid
+            self.pidfd = os.pidfd_open(self.pid)
+        except (OSError, ValueError, msgspec.DecodeError) as exc:
+            self.close()
+            raise SpawnFailed(f"the zygote did not start: {exc}") from exc
+        control.settimeout(5.0)
+
+    def alive(self) -> bool:
+        return not select.select([self.pidfd], [], [], 0)[0]
+
+    def request(self, request: ForkRequest, fds: list[int]) -> None:
+        """Send one fork request.
+
+        Raises:
+            OSError: the zygote is gone or not reading.
+        """
+        data = msgspec.json.encode(request)
+        self.control.sendmsg(
+            [data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))]
+        )
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
+
+    def close(self) -> None:
+        """Close the control channel: the zygote ends every run and exits, then the keeper."""
+        self.control.close()
+        try:
+            self.keeper.wait(timeout=10.0)
+        except subprocess.TimeoutExpired:
+            self.keeper.kill()
+            self.keeper.wait()
+        with contextlib.suppress(AttributeError, OSError):
+            os.close(self.pidfd)
+
+
+_lock = threading.Lock()
+#: Every pool not yet garbage: closed at exit, so that no idle child outlives the host.
+_pools: weakref.WeakSet[Pool] = weakref.WeakSet()
+_current: _Zygote | None = None
+_retired: list[_Zygote] = []
+
+
+def _zygote() -> _Zygote:
+    """The live zygote, started (or replaced) on demand."""
+    global _current
+    with _lock:
+        for old in list(_retired):  # keepers of replaced zygotes exit once their runs end
+            if old.keeper.poll() is not None:
+                _retired.remove(old)
+        if _current is not None and not _current.alive():
+            _retire(_current)
+            _current = None
+        if _current is None:
+            _current = _Zygote()
+        return _current
+
+
+def _retire(old: _Zygote) -> None:
+    old.kill()
+    old.control.close()
+    with contextlib.suppress(OSError):
+        os.close(old.pidfd)
+    _retired.append(old)
+
+
+def zygote_pid() -> int | None:
+    """The pid of the current zygote, if one is running (for diagnosis and tests)."""
+    with _lock:
+        return None if _current is None else _current.pid
+
+
+def host_processes() -> set[int]:
+    """The processes this host keeps between runs: the zygote and keeper processes, and
+    the idle children of every open pool (for diagnosis, and for tests that look for
+    leftovers)."""
+    with _lock:
+        pairs = [*_retired, *([_current] if _current is not None else [])]
+        found = {pid for z in pairs for pid in (z.pid, z.keeper.pid)}
+    for pool in list(_pools):
+        found.update(child.pid for child in pool.idle() if child.pid is not None)
+    return found
+
+
+def _replace(broken: _Zygote) -> None:
+    global _current
+    with _lock:
+        if _current is broken:
+            _retire(broken)
+            _current = None
+
+
+class Child:
+    """One run's child: what the host holds of it, from the request to its reaping."""
+
+    def __init__(self, *, confined: bool, use_cgroups: bool) -> None:
+        self.confined = confined
+        self.run_id = uuid.uuid4().hex[:16]
+        self.workdir = tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-")
+        self.cgroups: CgroupSet | None = None
+        self.pid: int | None = None
+        self.pidfd: int | None = None
+        self.exited: Exited | None = None
+        self.zygote_lost = False
+        self.failure: str | None = None  # the zygote could not make the child
+        self.refill: Callable[[], None] | None = None  # a pool's, to call while it runs
+        self._ready: bytes | None = None
+        self._mine: list[int] = []
+        self._theirs: list[int] = []
+        self._parent_fds: list[int] = []
+        self._child_fds: list[int] = []
+        try:
+            if use_cgroups:
+                self.cgroups = CgroupSet.create(
+                    f"run-{os.getpid()}-{self.run_id}", memory=None, pids=None
+                )
+            for _ in range(6):
+                r, w = os.pipe2(os.O_CLOEXEC)
+                self._parent_fds.append(r)
+                self._child_fds.append(w)
+            mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        except OSError as exc:
+            for fd in (*self._parent_fds, *self._child_fds):
+                os.close(fd)
+            self.release()
+            raise SpawnFailed(f"cannot prepare the run: {exc}") from exc
+        self.report = mine
+        # Pairs (read end, write end): start down, start up, call down, call up, out, err,
+        # and the ready pipe; which end is the child's follows FD_NAMES.
+        down_s, up_s, down_c, up_c, out, err = zip(self._parent_fds, self._child_fds, strict=True)
+        for write_end in (up_c[1], down_c[1]):
+            # A 1 MiB pipe moves a large result in 16 reads, not 256 (PERF-NOTES); best
+            # effort, as pipe-max-size may forbid it.
+            with contextlib.suppress(OSError):
+                fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
+        ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
+        self.start_fds = (up_s[0], down_s[1])  # we read the child's up, write its down
+        self.call_fds = (up_c[0], down_c[1])
+        self.out_fd = out[0]
+        self.err_fd = err[0]
+        self.ready_fd = ready_r
+        self._theirs = [
+            down_s[0],
+            up_s[1],
+            down_c[0],
+            up_c[1],
+            out[1],
+            err[1],
+            ready_w,
+            theirs.detach(),
+        ]
+        self._mine = [down_s[1], up_s[0], down_c[1], up_c[0], out[0], err[0]]
+        assert len(self._theirs) == len(FD_NAMES)
+
+    def request(self, *, mode: Spawn, start_timeout: float) -> None:
+        """Ask the zygote for the child (at most once, retried on a fresh zygote once).
+
+        Raises:
+            SpawnFailed: no zygote would take the request.
+        """
+        request = ForkRequest(
+            mode="cold" if mode is Spawn.COLD else "warm",
+            workdir=self.workdir,
+            env=scrubbed_env(self.workdir),
+            cgroups=() if self.cgroups is None else self.cgroups.procs_files(),
+            confine=_confine_request(self.workdir) if self.confined else "",
+            start_timeout=start_timeout,
+            argv=(sys.executable, "-I", "-S", "-c", _RUNNER_BOOT),
+        )
+        for attempt in (1, 2):
+            z = _zygote()
+            try:
+                z.request(request, self._theirs)
+                break
+            except OSError as exc:
+                _replace(z)
+                if attempt == 2:
+                    self.discard()
+                    raise SpawnFailed(f"the zygote would not take the request: {exc}") from exc
+        for fd in self._theirs:
+            os.close(fd)
+        self._theirs = []
+
+    def poll_report(self) -> None:
+        """Read what the zygote has reported, without waiting."""
+        while self.exited is None and not self.zygote_lost:
+            try:
+                data, ancdata, _, _ = self.report.recvmsg(
+                    4096, socket.CMSG_SPACE(4), socket.MSG_DONTWAIT
+                )
+            except BlockingIOError:
+                return
+            except OSError:
+                data, ancdata = b"", []
+            for level, kind, payload in ancdata:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                    fds = array.array("i")
+                    fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
+                    for fd in fds:
+                        if self.pidfd is None:
+                            self.pidfd = fd
+                        else:
+                            os.close(fd)
+            if not data:
+                self.zygote_lost = True  # the zygote died: the child lives on, unreported
+                return
+            try:
+                report = report_decoder.decode(data)
+            except msgspec.DecodeError:
+                self.zygote_lost = True
+                return
+            if isinstance(report, Forked):
+                self.pid = report.pid
+            elif isinstance(report, Exited):
+                self.exited = report
+            elif isinstance(report, Failed):
+                self.failure = report.error
+                self.zygote_lost = True
+
+    async def wait_ready(self, seconds: float = _READY_TIMEOUT) -> str | None:
+        """Wait until the child waits for its Start. None when it does, else why not.
+
+        Raises:
+            SpawnFailed: the zygote never made the child.
+        """
+        with anyio.move_on_after(min(seconds, _ZYGOTE_TIMEOUT)):
+            while self.pid is None and not self.zygote_lost:
+                await anyio.wait_readable(self.report)
+                self.poll_report()
+        if self.pid is None:
+            if self.failure is None and not self.zygote_lost:
+                # The zygote took the request and never answered: it is wedged.
+                with _lock:
+                    wedged = _current
+                if wedged is not None:
+                    _replace(wedged)
+            raise SpawnFailed(f"the zygote did not make the child: {self.failure or 'no answer'}")
+        if self._ready is None:
+            got = bytearray()
+            with anyio.move_on_after(seconds):
+                while True:
+                    await anyio.wait_readable(self.ready_fd)
+                    chunk = os.read(self.ready_fd, 4096)
+                    if not chunk:
+                        break
+                    got += chunk
+                    if got == b"R":
+                        break
+            self._ready = bytes(got)
+        if self._ready == b"R":
+            return None
+        if self._ready.startswith(b"!"):
+            return self._ready[1:].decode("utf-8", "replace")
+        return (
+            "the child ended before it was ready"
+            if self._ready == b""
+            else "the child was not ready in time"
+        )
+
+    def ready_now(self) -> bool | None:
+        """Without waiting: True if ready, False if it failed or died, None if not known yet."""
+        self.poll_report()
+        if self.exited is not None or self.failure is not None:
+            return False
+        if self.pidfd is not None and select.select([self.pidfd], [], [], 0)[0]:
+            return False
+        if self._ready is None:
+            if not select.select([self.ready_fd], [], [], 0)[0]:
+                return None
+            self._ready = os.read(self.ready_fd, 4096)
+        return self._ready == b"R"
+
+    def exit_seen(self) -> bool:
+        """Whether the runner has exited (reported, or seen on its pidfd)."""
+        self.poll_report()
+        if self.exited is not None:
+            return True
+        return self.pidfd is not None and bool(select.select([self.pidfd], [], [], 0)[0])
+
+    async def wait_exit(self, seconds: float) -> bool:
+        """Wait up to ``seconds`` for the runner to exit. Returns whether it did.
+
+        The exit status comes from the zygote; if the zygote is gone, only the pidfd says
+        that the runner has exited, and the status stays unknown.
+        """
+        with anyio.move_on_after(seconds):
+            while self.exited is None:
+                if self.zygote_lost:
+                    if self.pidfd is None:
+                        return True
+                    await anyio.wait_readable(self.pidfd)
+                    return True
+                await anyio.wait_readable(self.report)
+                self.poll_report()
+        return self.exited is not None or self.exit_seen()
+
+    def hand_over(self) -> None:
+        """The host's ends of the pipes are now owned (and closed) by someone else."""
+        self._mine = []
+
+    def close_channels(self) -> None:
+        """Close the host's ends of the pipes (idempotent)."""
+        for fd in self._mine:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._mine = []
+
+    def discard(self) -> None:
+        """Tear down a child that will never run (synchronously): close its Start, wait a
+        little for it to exit, kill it if it does not, remove what the run made."""
+        for fd in self._theirs:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._theirs = []
+        self.close_channels()
+        if self.pid is None and not self.zygote_lost and hasattr(self, "report"):
+            # Requested: the report of the fork may still be on its way.
+            deadline = time.monotonic() + 2.0
+            while self.pid is None and not self.zygote_lost and time.monotonic() < deadline:
+                select.select([self.report], [], [], 0.05)
+                self.poll_report()
+        if self.pid is not None:
+            deadline = time.monotonic() + 2.0
+            while not self.exit_seen() and time.monotonic() < deadline:
+                waits = [self.report.fileno()] if not self.zygote_lost else []
+                if self.zygote_lost and self.pidfd is not None:
+                    waits = [self.pidfd]
+                select.select(waits, [], [], 0.05)
+            if not self.exit_seen():
+                self.kill()
+                deadline = time.monotonic() + 5.0
+                while not self.exit_seen() and time.monotonic() < deadline:
+                    select.select([self.pidfd] if self.pidfd is not None else [], [], [], 0.05)
+        self.release()
+
+    def kill(self) -> None:
+        if self.pidfd is not None:
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+
+    def release(self) -> None:
+        """Remove what the run made, once its processes are gone (idempotent)."""
+        if hasattr(self, "report"):
+            self.report.close()
+            with contextlib.suppress(OSError):
+                os.close(self.ready_fd)
+        if self.pidfd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.pidfd)
+            self.pidfd = None
+        if self.cgroups is not None:
+            self.cgroups.kill_all()
+            self.cgroups.remove()
+            self.cgroups = None
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+class Pool:
+    """Warm children forked ahead of demand, ``size`` per level, each for one run only.
+
+    Use as ``spawn=`` in :func:`sandbox.run`. The pool is kept full without a task: each
+    run that takes a child asks the zygote for a replacement at once, and the zygote forks
+    it while the run goes on. Close the pool (or use it as a context manager) to end the
+    idle children and remove their working directories and cgroups; the process-wide
+    default pool (``spawn="pool"``) is closed at exit.
+
+    Idle children hold memory (:mod:`benchmarks` measures it) and, with cgroups, a set of
+    empty cgroups each; they run nothing until a Start arrives.
+    """
+
+    def __init__(self, size: int = 2) -> None:
+        if not isinstance(size, int) or size < 1:
+            raise ValueError(f"a pool's size must be a positive integer, not {size!r}")
+        self.size = size
+        self._idle: dict[tuple[bool, bool], deque[Child]] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+        _pools.add(self)
+
+    def _fill(self, confined: bool, use_cgroups: bool) -> None:
+        idle = self._idle.setdefault((confined, use_cgroups), deque())
+        while len(idle) < self.size:
+            child = Child(confined=confined, use_cgroups=use_cgroups)
+            child.request(mode=Spawn.POOL, start_timeout=0)
+            idle.append(child)
+
+    def take(self, *, confined: bool, use_cgroups: bool) -> Child:
+        """A child for one run (waiting for the zygote if the pool is empty).
+
+        The child's :attr:`Child.refill` tops the pool up again; the run calls it while
+        the program runs, so that the work is not on the run's path.
+
+        Raises:
+            SpawnFailed: no child could be made.
+        """
+        with self._lock:
+            if self._closed:
+                raise SpawnFailed("the pool is closed")
+            idle = self._idle.setdefault((confined, use_cgroups), deque())
+            dead: list[Child] = []
+            try:
+                while True:
+                    if not idle:
+                        self._fill(confined, use_cgroups)
+                    child = idle.popleft()
+                    if child.ready_now() is False:  # died while idle: not for a run
+                        dead.append(child)
+                        continue
+                    child.refill = functools.partial(self.refill, confined, use_cgroups)
+                    return child
+            finally:
+                for child in dead:
+                    child.discard()
+
+    def refill(self, confined: bool, use_cgroups: bool) -> None:
+        """Ask for children until the pool is full again (quietly: a failure to fork now
+        shows up, with its reason, when a run next takes a child)."""
+        with self._lock:
+            if not self._closed:
+                with contextlib.suppress(SpawnFailed):
+                    self._fill(confined, use_cgroups)
+
+    def idle(self) -> list[Child]:
+        """The idle children (for measurements and tests)."""
+        with self._lock:
+            return [child for idle in self._idle.values() for child in idle]
+
+    def wait_full(self, timeout: float = 30.0) -> bool:
+        """Block until every idle child is ready for a Start; False on timeout.
+
+        For measurements that must not include the fork (the pool refills in the
+        background, and a burst of runs can drain it).
+        """
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if all(child.ready_now() for child in self.idle()):
+                return True
+            time.sleep(0.001)
+        return False
+
+    def close(self) -> None:
+        """End every idle child and remove what it holds. Idempotent."""
+        with self._lock:
+            self._closed = True
+            children = [child for idle in self._idle.values() for child in idle]
+            self._idle.clear()
+        for child in children:
+            child.discard()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await anyio.to_thread.run_sync(self.close)
+
+
+_default_pool: Pool | None = None
+
+
+def default_pool() -> Pool:
+    """The process-wide pool behind ``spawn="pool"``: one warm child per CPU and level."""
+    global _default_pool
+    with _lock:
+        if _default_pool is None:
+            _default_pool = Pool(size=os.cpu_count() or 2)
+        return _default_pool
+
+
+async def acquire(spawn: Spawn | Pool, *, confined: bool, use_cgroups: bool) -> Child:
+    """A child for one run, requested the way ``spawn`` says; not yet known to be ready.
+
+    Raises:
+        SpawnFailed: the child could not be requested.
+    """
+    if isinstance(spawn, Pool) or spawn is Spawn.POOL:
+        pool = spawn if isinstance(spawn, Pool) else default_pool()
+        if _current is None:
+            return await anyio.to_thread.run_sync(
+                lambda: pool.take(confined=confined, use_cgroups=use_cgroups)
+            )
+        return pool.take(confined=confined, use_cgroups=use_cgroups)
+    child = Child(confined=confined, use_cgroups=use_cgroups)
+    if _current is None:  # starting the zygote takes a Python start-up: not on the loop
+        await anyio.to_thread.run_sync(lambda: child.request(mode=spawn, start_timeout=60.0))
+    else:
+        child.request(mode=spawn, start_timeout=60.0)
+    return child
+
+
+@atexit.register
+def shutdown() -> None:
+    """Close every pool and the zygote (at exit; tests call it too)."""
+    global _current, _default_pool
+    _default_pool = None
+    for pool in list(_pools):
+        pool.close()
+    with _lock:
+        pairs = [*_retired, *([_current] if _current is not None else [])]
+        _current = None
+        _retired.clear()
+    for z in pairs:
+        z.close()
