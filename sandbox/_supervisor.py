@@ -189,13 +189,27 @@ _current: _Zygote | None = None
 _retired: list[_Zygote] = []
 
 
+def _reap_retired() -> None:
+    """Reap the keepers of replaced zygotes that have exited (they do once their runs end).
+
+    Call with ``_lock`` held.
+    """
+    for old in list(_retired):
+        if old.keeper.poll() is not None:
+            _retired.remove(old)
+
+
+def needs_start() -> bool:
+    """Whether the next request will start a zygote first (which takes a Python start)."""
+    with _lock:
+        return _current is None or not _current.alive()
+
+
 def _zygote() -> _Zygote:
     """The live zygote, started (or replaced) on demand."""
     global _current
     with _lock:
-        for old in list(_retired):  # keepers of replaced zygotes exit once their runs end
-            if old.keeper.poll() is not None:
-                _retired.remove(old)
+        _reap_retired()
         if _current is not None and not _current.alive():
             _retire(_current)
             _current = None
@@ -223,6 +237,7 @@ def host_processes() -> set[int]:
     the idle children of every open pool (for diagnosis, and for tests that look for
     leftovers)."""
     with _lock:
+        _reap_retired()
         pairs = [*_retired, *([_current] if _current is not None else [])]
         found = {pid for z in pairs for pid in (z.pid, z.keeper.pid)}
     for pool in list(_pools):
@@ -501,6 +516,9 @@ class Child:
             self.cgroups.remove()
             self.cgroups = None
         shutil.rmtree(self.workdir, ignore_errors=True)
+        if self.zygote_lost and _retired:
+            with _lock:
+                _reap_retired()
 
 
 class Pool:
@@ -628,13 +646,13 @@ async def acquire(spawn: Spawn | Pool, *, confined: bool, use_cgroups: bool) -> 
     """
     if isinstance(spawn, Pool) or spawn is Spawn.POOL:
         pool = spawn if isinstance(spawn, Pool) else default_pool()
-        if _current is None:
+        if needs_start():
             return await anyio.to_thread.run_sync(
                 lambda: pool.take(confined=confined, use_cgroups=use_cgroups)
             )
         return pool.take(confined=confined, use_cgroups=use_cgroups)
     child = Child(confined=confined, use_cgroups=use_cgroups)
-    if _current is None:  # starting the zygote takes a Python start-up: not on the loop
+    if needs_start():  # starting the zygote takes a Python start-up: not on the loop
         await anyio.to_thread.run_sync(lambda: child.request(mode=spawn, start_timeout=60.0))
     else:
         child.request(mode=spawn, start_timeout=60.0)

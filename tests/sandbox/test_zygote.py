@@ -1,0 +1,184 @@
+"""The zygote and the pool: one child per run, and runs that outlive a dead zygote."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import anyio
+import psutil
+import pytest
+
+import sandbox
+from sandbox import Budget, Level, Pool, Spawn, _supervisor
+from sandbox._reaper import _CONTROLLERS, _base
+
+from .conftest import run_processes
+
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("spawn")]
+
+CHILD_LEVELS = [Level.PROCESS] + ([] if sandbox.confinement_gaps() else [Level.CONFINED])
+
+#: A program that tells whether its process ran a program before, and which process it is.
+REUSED = (
+    "import os, sys, time\n"
+    "before = getattr(sys, 'runs_here', 0)\n"
+    "sys.runs_here = before + 1\n"
+    "(before, os.getpid(), time.time())\n"
+)
+
+
+@pytest.mark.parametrize("level", CHILD_LEVELS)
+async def test_no_child_serves_two_runs(level: Level) -> None:
+    """Each run is the first program its process ever ran, and the process is gone after."""
+    for _ in range(6):
+        result = await sandbox.run(REUSED, level=level)
+        assert result.ok, result.error
+        before, pid, _ = result.value
+        assert before == 0
+        if level is Level.PROCESS:  # (confined: a pid of the run's own namespace)
+            assert not psutil.pid_exists(pid) or psutil.Process(pid).create_time() > time.time()
+
+
+def kill_zygote() -> int:
+    pid = _supervisor.zygote_pid()
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    return pid
+
+
+@pytest.mark.parametrize("level", CHILD_LEVELS)
+async def test_killing_the_zygote_mid_run_loses_no_result(level: Level) -> None:
+    """A run whose zygote is killed under it still returns its value; the next run gets a
+    new zygote; nothing is left running or unreaped."""
+    assert (await sandbox.run("1", level=level)).ok  # the zygote is up
+    killed: list[int] = []
+
+    def started() -> None:
+        killed.append(kill_zygote())
+
+    program = "host.started()\nimport time\ntime.sleep(1.0)\n42"
+    result = await sandbox.run(program, tools=[started], level=level, budget=Budget(wall_clock=30))
+    assert (result.ok, result.value) == (True, 42), result.error
+    assert killed
+    assert not psutil.pid_exists(killed[0])
+    again = await sandbox.run("2", level=level)
+    assert (again.ok, again.value) == (True, 2), again.error
+    assert _supervisor.zygote_pid() not in (None, killed[0])
+
+
+async def test_a_wedged_zygote_is_replaced(monkeypatch: pytest.MonkeyPatch, spawn: Spawn) -> None:
+    """A zygote that takes a request and never answers is replaced; the run fails clearly
+    and the next one works."""
+    mode = Spawn.ZYGOTE if spawn is Spawn.POOL else spawn  # (a pool's children exist already)
+    assert (await sandbox.run("1", spawn=mode)).ok
+    monkeypatch.setattr(_supervisor, "_ZYGOTE_TIMEOUT", 1.0)
+    wedged = _supervisor.zygote_pid()
+    assert wedged is not None
+    os.kill(wedged, signal.SIGSTOP)
+    try:
+        with pytest.raises(sandbox.SpawnFailed, match="did not make the child"):
+            await sandbox.run("1", spawn=mode)
+        assert _supervisor.zygote_pid() != wedged
+        result = await sandbox.run("3", spawn=mode)
+        assert (result.ok, result.value) == (True, 3), result.error
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(wedged, signal.SIGKILL)
+            os.kill(wedged, signal.SIGCONT)
+
+
+async def test_a_pool_child_that_died_idle_is_not_used() -> None:
+    """An idle child killed from outside is discarded; the run takes another."""
+    with Pool(size=2) as pool:
+        assert (await sandbox.run("1", spawn=pool)).ok
+        assert pool.wait_full(30)
+        for child in pool.idle():
+            assert child.pid is not None
+            os.kill(child.pid, signal.SIGKILL)
+        with anyio.fail_after(30):
+            while any(child.ready_now() is not False for child in pool.idle()):  # noqa: ASYNC110
+                await anyio.sleep(0.01)
+        result = await sandbox.run("5", spawn=pool)
+        assert (result.ok, result.value) == (True, 5), result.error
+
+
+async def test_pool_and_spawn_arguments_are_checked() -> None:
+    with pytest.raises(ValueError):
+        Pool(size=0)
+    with pytest.raises(ValueError):
+        await sandbox.run("1", spawn="fork")
+    pool = Pool(size=1)
+    pool.close()
+    with pytest.raises(sandbox.SpawnFailed, match="closed"):
+        await sandbox.run("1", spawn=pool)
+
+
+HOST = textwrap.dedent(
+    """
+    import os, sys, anyio, sandbox
+    async def main():
+        pool = sandbox.Pool(size=2)
+        assert (await sandbox.run("1", spawn=pool)).ok
+        pool.wait_full(30)
+        def started():
+            print(os.getpid(), flush=True)
+        await sandbox.run("host.started()\\nimport time\\ntime.sleep(600)", tools=[started],
+                          level=sys.argv[1], spawn=sys.argv[2])
+    anyio.run(main)
+    """
+)
+
+
+@pytest.mark.parametrize("level", CHILD_LEVELS)
+def test_a_host_killed_outright_leaves_nothing(level: Level, spawn: Spawn) -> None:
+    """SIGKILL the host mid-run: its zygote ends the run and the idle children and removes
+    their directories and cgroups, and its keeper exits."""
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {**os.environ, "TMPDIR": tmp}
+        root = Path(__file__).resolve().parents[2]
+        host = subprocess.Popen(
+            [sys.executable, "-c", HOST, str(level), str(spawn)],
+            stdout=subprocess.PIPE,
+            cwd=root,
+            env=env,
+        )
+        try:
+            assert host.stdout is not None
+            line = host.stdout.readline()  # the run is under way
+            assert line.strip(), "the host did not get as far as its run"
+            tree = psutil.Process(host.pid).children(recursive=True)
+            assert tree
+            host.kill()
+            host.wait()
+            deadline = time.monotonic() + 20
+            alive = tree
+            while alive and time.monotonic() < deadline:
+                alive = [p for p in tree if p.is_running() and p.status() != "zombie"]
+                time.sleep(0.05)
+            assert alive == []
+            deadline = time.monotonic() + 10
+            while list(Path(tmp).iterdir()) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert list(Path(tmp).iterdir()) == []
+            cgroups = [
+                path
+                for controller in _CONTROLLERS
+                if (base := _base(controller)) is not None and base.is_dir()
+                for path in base.glob(f"run-{host.pid}-*")
+            ]
+            assert cgroups == []
+        finally:
+            if host.poll() is None:
+                host.kill()
+                host.wait()
+            if host.stdout is not None:
+                host.stdout.close()
+    assert run_processes() == []
