@@ -30,6 +30,7 @@ async def run(
     budget: Budget | None = None,
     level: Level | str = Level.PROCESS,
     spawn: Spawn | str | Pool | None = None,
+    stack_on_timeout: bool = False,
 ) -> RunResult:
     """Run ``program`` (Python source) in a sandbox, with ``tools`` as ``host.<name>``.
 
@@ -47,13 +48,16 @@ async def run(
             millisecond), ``"cold"`` (a fresh interpreter, tens of milliseconds), ``"pool"``
             (taken from the process-wide pool of children forked ahead), or a :class:`Pool`
             of your own. A child never serves two runs, whichever way it was made.
+        stack_on_timeout: if the run is killed at its wall clock, take the program's
+            Python stack first (with py-spy) and return it in :attr:`RunResult.stack`, or
+            why it could not be taken in :attr:`RunResult.stack_error`. Child levels only.
 
     Raises:
         BudgetUnsupported: the budget asks for something ``level`` cannot enforce here.
         ConfinementUnavailable: ``confined`` was asked for and this host lacks a wall.
         ToolError: a tool cannot be bound (a bad or duplicate name).
         SpawnFailed: the child process could not be started.
-        ValueError: an unknown level or spawn mode.
+        ValueError: an unknown level or spawn mode, or ``stack_on_timeout`` in process.
     """
     level = Level(level)
     if spawn is None:
@@ -64,6 +68,8 @@ async def run(
     check_budget(level, budget)
     toolset = tools if isinstance(tools, Toolset) else Toolset(tools)
     if level is Level.IN_PROCESS:
+        if stack_on_timeout:
+            raise ValueError("stack_on_timeout needs a child level (process or confined)")
         return await run_in_process(program, toolset, budget)
     confined = level is Level.CONFINED
     if confined:
@@ -71,7 +77,13 @@ async def run(
         if gaps:
             raise ConfinementUnavailable(gaps)
     return await run_process(
-        program, toolset, budget, use_cgroups=cgroups_usable(), confined=confined, spawn=spawn
+        program,
+        toolset,
+        budget,
+        use_cgroups=cgroups_usable(),
+        confined=confined,
+        spawn=spawn,
+        stack_on_timeout=stack_on_timeout,
     )
 
 
@@ -82,11 +94,19 @@ def run_sync(
     budget: Budget | None = None,
     level: Level | str = Level.PROCESS,
     spawn: Spawn | str | Pool | None = None,
+    stack_on_timeout: bool = False,
     backend: str = "asyncio",
 ) -> RunResult:
     """:func:`run` for synchronous code: starts an event loop (``backend``) for one run."""
 
     async def main() -> RunResult:
-        return await run(program, tools=tools, budget=budget, level=level, spawn=spawn)
+        return await run(
+            program,
+            tools=tools,
+            budget=budget,
+            level=level,
+            spawn=spawn,
+            stack_on_timeout=stack_on_timeout,
+        )
 
     return anyio.run(main, backend=backend)

@@ -57,6 +57,7 @@ from ._budget import Budget
 from ._errors import SpawnFailed
 from ._reaper import kill_tree
 from ._result import RunResult
+from ._stack import python_stack
 from ._supervisor import Child, Pool, Spawn, acquire
 from ._tools import Toolset
 
@@ -120,11 +121,14 @@ async def run_process(
     use_cgroups: bool,
     confined: bool = False,
     spawn: Spawn | Pool = Spawn.ZYGOTE,
+    stack_on_timeout: bool = False,
 ) -> RunResult:
     """Run ``program`` in a fresh child process under ``budget``. See the module docstring.
 
     With ``confined``, the child puts up the confined level's walls (namespaces, the
-    filesystem view, Landlock, seccomp) before it reads its Start.
+    filesystem view, Landlock, seccomp) before it reads its Start. With
+    ``stack_on_timeout``, a run killed at its wall clock carries the program's Python stack
+    (see :mod:`sandbox._stack`).
 
     Raises:
         SpawnFailed: the child could not be started (nothing is left behind).
@@ -137,6 +141,7 @@ async def run_process(
     err_ch = FdChannel(child.err_fd, child.err_fd)
     child.hand_over()
     run = _Run(child, budget, t0, start_ch, "confined" if confined else "process")
+    run.stack_wanted = stack_on_timeout
     try:
         not_ready = await child.wait_ready()
         if not_ready is not None:
@@ -177,6 +182,9 @@ class _Run:
         self.memory_hit = False
         self.pids_hit = False
         self.peak_memory: int | None = None
+        self.stack_wanted = False
+        self.stack: str | None = None
+        self.stack_error: str | None = None
 
     @property
     def status(self) -> int | None:
@@ -291,6 +299,8 @@ class _Run:
                     "wall_clock",
                     f"wall-clock limit of {budget.wall_clock} s reached; the run was killed",
                 )
+                if self.stack_wanted:
+                    self.stack, self.stack_error = await python_stack(self._program_pid())
             # The run is over: stop everything, then let the drains see EOF.
             call_ch.close()
             with anyio.CancelScope(shield=True):
@@ -324,6 +334,8 @@ class _Run:
             exit_code=self._exit_code(),
             signal=self._signal(),
             level=self.level,
+            stack=self.stack,
+            stack_error=self.stack_error,
         )
         replace = msgspec.structs.replace
         if failure is not None:
@@ -401,6 +413,12 @@ class _Run:
                 return frozenset({pid, *map(int, f.read().split())})
         except OSError:
             return frozenset({pid})
+
+    def _program_pid(self) -> int:
+        """The process that runs the program (for a confined run: PID 1 inside)."""
+        pid = self.child.pid
+        assert pid is not None  # the run has started
+        return max(self._runner_pids() - {pid}, default=pid)
 
     def _exit_code(self) -> int | None:
         if self.status is None or not os.WIFEXITED(self.status):

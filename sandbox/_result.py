@@ -34,6 +34,10 @@ class RunResult(msgspec.Struct, frozen=True, kw_only=True):
         exit_code: the runner's exit status, if it exited.
         signal: the signal that ended the runner, if one did.
         level: the isolation level the run used.
+        stack: with ``stack_on_timeout``, for a run killed at its wall clock: the Python
+            stack of every thread of the program at that moment (py-spy's dump).
+        stack_error: with ``stack_on_timeout``, why no stack could be taken (py-spy is not
+            installed, could not attach, or took too long).
     """
 
     ok: bool
@@ -57,3 +61,5 @@ class RunResult(msgspec.Struct, frozen=True, kw_only=True):
     exit_code: int | None = None
     signal: int | None = None
     level: str = "process"
+    stack: str | None = None
+    stack_error: str | None = None

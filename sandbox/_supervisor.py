@@ -106,14 +106,38 @@ def scrubbed_env(workdir: str) -> dict[str, str]:
     }
 
 
+@functools.cache
+def _interpreter_files() -> tuple[str, ...]:
+    """The interpreter's executable and its ``libpython``, if it has one.
+
+    Nothing inside a confined child needs them (they are mapped already), but py-spy reads
+    them through the child's root to find the interpreter's symbols
+    (``stack_on_timeout``). Executing the interpreter inside gives a program nothing it
+    does not have: the same Python, under the same walls.
+    """
+    found = [os.path.realpath(sys.executable)]
+    with contextlib.suppress(OSError), open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split(maxsplit=5)
+            path = fields[5].strip() if len(fields) == 6 else ""
+            if "/libpython" in path and path not in found and os.path.isfile(path):
+                found.append(path)
+    return tuple(found)
+
+
 def _confine_request(workdir: str) -> str:
-    """The confined level's request: what its view must hold."""
+    """The confined level's request: what its view must hold.
+
+    Beside what the runner imports, the interpreter's own files (read-only, see
+    :func:`_interpreter_files`).
+    """
     request = {
         "workdir": workdir,
         "import_paths": [
             str(_ROOT / "protocol"),
             str(_ROOT / "runner"),
             str(_MSGSPEC_DIR / "msgspec"),
+            *_interpreter_files(),
         ],
     }
     return msgspec.json.encode(request).decode()

@@ -1,0 +1,59 @@
+"""``stack_on_timeout``: a run killed at its wall clock can carry the program's Python stack."""
+
+from __future__ import annotations
+
+import pytest
+
+import sandbox
+from sandbox import Budget, Level, _stack
+
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("spawn")]
+
+CHILD_LEVELS = [Level.PROCESS] + ([] if sandbox.confinement_gaps() else [Level.CONFINED])
+STUCK = "def stuck_here():\n    while True:\n        pass\n\nstuck_here()\n"
+
+
+@pytest.mark.skipif(_stack.py_spy() is None, reason="py-spy is not installed")
+@pytest.mark.parametrize("level", CHILD_LEVELS)
+async def test_the_stack_names_where_the_program_was(level: Level) -> None:
+    result = await sandbox.run(
+        STUCK, level=level, budget=Budget(wall_clock=1.0), stack_on_timeout=True
+    )
+    assert (result.ok, result.cause) == (False, "wall_clock")
+    assert result.stack_error is None
+    assert result.stack is not None
+    assert "stuck_here (<program>:" in result.stack
+
+
+async def test_no_stack_unless_asked() -> None:
+    result = await sandbox.run(STUCK, budget=Budget(wall_clock=1.0))
+    assert result.cause == "wall_clock"
+    assert (result.stack, result.stack_error) == (None, None)
+
+
+async def test_no_stack_for_a_run_that_ends_in_time() -> None:
+    result = await sandbox.run("1", budget=Budget(wall_clock=30.0), stack_on_timeout=True)
+    assert (result.ok, result.stack, result.stack_error) == (True, None, None)
+
+
+async def test_without_py_spy_the_result_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_stack, "py_spy", lambda: None)
+    result = await sandbox.run(STUCK, budget=Budget(wall_clock=1.0), stack_on_timeout=True)
+    assert result.cause == "wall_clock"
+    assert result.stack is None
+    assert result.stack_error is not None
+    assert "not installed" in result.stack_error
+
+
+async def test_a_py_spy_that_cannot_attach_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_stack, "py_spy", lambda: "/bin/false")
+    result = await sandbox.run(STUCK, budget=Budget(wall_clock=1.0), stack_on_timeout=True)
+    assert result.cause == "wall_clock"
+    assert result.stack is None
+    assert result.stack_error is not None
+    assert "could not read process" in result.stack_error
+
+
+async def test_in_process_refuses_stack_on_timeout() -> None:
+    with pytest.raises(ValueError, match="child level"):
+        await sandbox.run("1", level=Level.IN_PROCESS, stack_on_timeout=True)
