@@ -24,6 +24,7 @@ from ._api import run_sync
 from ._budget import Budget
 from ._errors import SandboxError
 from ._levels import Level
+from ._supervisor import Spawn
 from ._tools import Tool, Toolset
 
 __all__ = ["main"]
@@ -87,7 +88,26 @@ def _parser() -> argparse.ArgumentParser:
         metavar="MODULE",
         help="a module whose TOOLS list (or public functions) become host tools; repeatable",
     )
+    r.add_argument(
+        "--spawn",
+        choices=[mode.value for mode in Spawn],
+        default=Spawn.ZYGOTE.value,
+        help="how the child is made: forked from a warm zygote, a fresh interpreter (cold), "
+        "or taken from a pool of children forked ahead (default: %(default)s)",
+    )
+    r.add_argument(
+        "--stack-on-timeout",
+        action="store_true",
+        help="if the wall clock ends the run, print the program's Python stack (py-spy)",
+    )
     r.add_argument("--json", action="store_true", help="print the whole RunResult as JSON")
+    sub.add_parser(
+        "bench",
+        help="run the isolation-overhead study (a source checkout's benchmarks/study.py)",
+        description="Measure every level with every spawn mode against same-run baselines, "
+        "and write JSON, plots and benchmarks/RESULTS.md. The remaining arguments go to the "
+        "study (try: sandbox bench --help-study).",
+    )
     d = sub.add_parser(
         "doctor",
         help="report what this host can enforce, level by level",
@@ -192,8 +212,32 @@ def _load_tools(names: Sequence[str]) -> list[Tool]:
     return tools
 
 
+def _bench(study_args: Sequence[str]) -> int:
+    """``sandbox bench``: the study lives with the benchmarks, in a source checkout."""
+    root = Path(__file__).resolve().parent.parent
+    if not (root / "benchmarks" / "study.py").is_file():
+        print(
+            f"sandbox: bench needs a source checkout (no benchmarks/study.py under {root})",
+            file=sys.stderr,
+        )
+        return EXIT_SANDBOX
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    from benchmarks import study
+
+    args = ["--help" if arg == "--help-study" else arg for arg in study_args]
+    try:
+        study.main(args)
+    except SystemExit as exc:  # the study's own argparse (--help, a bad flag)
+        return exc.code if isinstance(exc.code, int) else EXIT_SANDBOX
+    return EXIT_OK
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``sandbox`` command; returns the exit code."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["bench"]:  # everything after it is the study's (argparse would object)
+        return _bench(argv[1:])
     args = _parser().parse_args(argv)
     if args.command == "doctor":
         return _doctor(args.json)
@@ -221,7 +265,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             max_output=args.max_output,
         )
         toolset = Toolset(_load_tools(args.tools))
-        result = run_sync(source, tools=toolset, budget=budget, level=args.level)
+        stack = args.stack_on_timeout and args.level != Level.IN_PROCESS
+        result = run_sync(
+            source,
+            tools=toolset,
+            budget=budget,
+            level=args.level,
+            spawn=args.spawn,
+            stack_on_timeout=stack,
+        )
     except (SandboxError, ValueError) as exc:
         print(f"sandbox: {exc}", file=sys.stderr)
         return EXIT_SANDBOX
@@ -236,6 +288,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(msgspec.json.encode(result.value).decode())
         else:
             print(f"sandbox: {result.kind} ({result.cause}): {result.error}", file=sys.stderr)
+        if result.stack is not None:
+            print(
+                f"sandbox: the program's stack when it was killed:\n{result.stack}", file=sys.stderr
+            )
+        elif result.stack_error is not None:
+            print(f"sandbox: no stack: {result.stack_error}", file=sys.stderr)
         print(
             f"sandbox: {result.calls} calls, {result.bytes} result bytes, "
             f"{result.wall_time * 1000:.1f} ms",

@@ -31,6 +31,8 @@ RUN_OPTIONS = (
     "--max-processes",
     "--max-output",
     "--tools",
+    "--spawn",
+    "--stack-on-timeout",
     "--json",
 )
 #: Seconds any one command may take; longer means it hangs.
@@ -363,3 +365,29 @@ def test_make_demo(tmp_path: Path) -> None:
             continue
     assert expected.value in values, proc.stdout
     assert "sandbox: denied" in proc.stderr  # the second program fails, on purpose
+
+
+@pytest.mark.parametrize("mode", ["cold", "zygote", "pool"])
+def test_every_spawn_mode_runs_the_program(tmp_path: Path, mode: str) -> None:
+    proc = cli("run", "--spawn", mode, program_file(tmp_path, "6 * 7"))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "42"
+
+
+def test_a_bad_spawn_mode_is_a_usage_error(tmp_path: Path) -> None:
+    proc = cli("run", "--spawn", "fork", program_file(tmp_path, "1"))
+    assert proc.returncode == 2
+    assert "--spawn" in proc.stderr
+
+
+def test_stack_on_timeout_prints_where_the_program_was(tmp_path: Path) -> None:
+    source = "def stuck_here():\n    while True:\n        pass\n\nstuck_here()\n"
+    proc = cli("run", "--timeout", "1", "--stack-on-timeout", program_file(tmp_path, source))
+    assert proc.returncode == 3, proc.stderr
+    assert "stuck_here" in proc.stderr or "no stack: py-spy" in proc.stderr
+
+
+def test_bench_passes_its_arguments_to_the_study() -> None:
+    proc = cli("bench", "--help-study")
+    assert proc.returncode == 0, proc.stderr
+    assert "--quick" in proc.stdout
