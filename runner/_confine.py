@@ -67,8 +67,11 @@ def warm(request: ConfineRequest) -> None:
     _seccomp.build_filter(_seccomp._host_arch())
 
 
-def confine(request: ConfineRequest) -> None:
+def confine(request: ConfineRequest, *, detach: bool = False) -> None:
     """Put up every wall (see the module docstring); returns inside them, as PID 1.
+
+    ``detach``: the calling process leaves PID 1 to its supervisor rather than waiting
+    outside for it (see :func:`runner._namespaces.enter`).
 
     Raises:
         ValueError, OSError: a wall could not be put up; the program must not run.
@@ -80,7 +83,8 @@ def confine(request: ConfineRequest) -> None:
             read_write=(request.workdir,),
             hostname=request.hostname,
             tmp_bytes=request.tmp_bytes,
-        )
+        ),
+        detach=detach,
     )
     _landlock.restrict(
         read_only=(*read_only, "/proc"),

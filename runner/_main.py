@@ -271,12 +271,12 @@ def _flush_stdio() -> None:
             pass
 
 
-def _confine(request_json: str) -> str | None:
+def _confine(request_json: str, *, detach: bool = False) -> str | None:
     """Put up the confined level's walls; None when they are up, else why not."""
     from ._confine import confine, parse
 
     try:
-        confine(parse(request_json))
+        confine(parse(request_json), detach=detach)
     except (ValueError, OSError) as exc:
         return f"the sandbox's walls could not be put up: {exc}"
     return None
@@ -377,7 +377,8 @@ def serve(args: Arguments) -> int:
         return EXIT_USAGE
     early = args.ready_fd is not None
     if early and args.confine:
-        failure = _confine(args.confine)
+        # A supervised runner's PID 1 goes to the zygote, which reports it to the host.
+        failure = _confine(args.confine, detach=args.supervised)
         if failure is not None:  # nothing of the run has arrived; the host is told why
             _ready(args.ready_fd, READY_FAILED + failure.encode("utf-8", "replace"))
             return EXIT_NOT_CONFINED

@@ -217,6 +217,8 @@ _FORWARDED: Final = frozenset(
 )
 #: The middle's status when it fails itself (os.EX_SOFTWARE, spelled out).
 _EXIT_MIDDLE_FAILED: Final = 70
+#: The middle's exit status when it leaves PID 1 to its supervisor (``enter(detach=True)``).
+EXIT_DETACHED: Final = 81
 #: Default size of the private /tmp: enough for scratch files, small next to a memory
 #: budget (tmpfs pages are charged to the memory cgroup of the process that writes them).
 DEFAULT_TMP_BYTES: Final = 64 << 20
@@ -560,12 +562,21 @@ def _middle(child: int, proc_fd: int, mask: Iterable[int]) -> NoReturn:
         os._exit(_EXIT_MIDDLE_FAILED)
 
 
-def _become_pid_one() -> None:
+def _become_pid_one(*, detach: bool = False) -> None:
     """Fork; return in the child (PID 1 of the new PID namespace); the parent never returns.
+
+    With ``detach``, the parent exits at once with :data:`EXIT_DETACHED` instead of staying
+    as the middle: PID 1 is re-parented to the nearest subreaper, which must be a
+    supervisor that expects it (the zygote).
 
     Raises:
         OSError: the fork failed, or the middle was gone before the death signal was armed.
     """
+    if detach:
+        pid = os.fork()
+        if pid:
+            os._exit(EXIT_DETACHED)
+        return
     self_fd = os.pidfd_open(os.getpid())
     proc_fd = os.open("/proc", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, _FORWARDED)
@@ -717,13 +728,16 @@ def _drop_privileges() -> None:
     _prctl(_PR_SET_NO_NEW_PRIVS, 1)
 
 
-def enter(spec: ConfineSpec) -> None:
+def enter(spec: ConfineSpec, *, detach: bool = False) -> None:
     """Confine the calling process: namespaces, the view, the identity; return as PID 1.
 
     The process that calls this stays outside as the middle (see the module docstring) and
     never returns from it; the call returns in its only child, PID 1 of the new PID
-    namespace, inside the view, without capabilities. Call it once, from the main thread of
-    a single-threaded process, before any untrusted code runs.
+    namespace, inside the view, without capabilities. With ``detach``, there is no middle:
+    the calling process exits with :data:`EXIT_DETACHED` right after the fork, and PID 1
+    goes to the caller's parent, which must be a subreaper that knows what to do with it
+    (the zygote reports PID 1 to the host as the run's runner). Call it once, from the
+    main thread of a single-threaded process, before any untrusted code runs.
 
     Raises:
         ValueError: the spec cannot be built here, or the process holds a directory
@@ -749,7 +763,7 @@ def enter(spec: ConfineSpec) -> None:
     _map_ids(plan.uid, plan.gid, outer_uid, outer_gid)
     socket.sethostname(plan.hostname)
     _loopback_up()
-    _become_pid_one()
+    _become_pid_one(detach=detach)
     _build_view(plan)
     _drop_privileges()
 

@@ -56,7 +56,7 @@ from typing import Final, NoReturn
 
 import msgspec
 
-__all__ = ["FD_NAMES", "Exited", "ForkRequest", "Forked", "main"]
+__all__ = ["FD_NAMES", "Exited", "ForkRequest", "Forked", "Moved", "main"]
 
 #: The descriptors that come with a request, in this order.
 FD_NAMES: Final = ("start_r", "start_w", "call_r", "call_w", "out_w", "err_w", "ready_w", "report")
@@ -66,6 +66,8 @@ _MAX_MESSAGE: Final = 1 << 16
 _PR_SET_CHILD_SUBREAPER: Final = 36
 #: The exit status of a forked child that could not become a runner.
 EXIT_CHILD_SETUP: Final = 70
+#: ``runner._namespaces.EXIT_DETACHED`` (not imported: the keeper stays light).
+_EXIT_DETACHED: Final = 81
 #: How long the keeper waits for the zygote's own clean-up after the host has died.
 _KEEPER_GRACE: Final = 3.0
 
@@ -98,6 +100,12 @@ class Forked(msgspec.Struct, frozen=True, tag="forked"):
     pid: int
 
 
+class Moved(msgspec.Struct, frozen=True, tag="moved"):
+    """A confined runner's PID 1 is now the zygote's child, and the run's runner."""
+
+    pid: int
+
+
 class Exited(msgspec.Struct, frozen=True, tag="exited"):
     status: int
     utime: float
@@ -109,7 +117,7 @@ class Failed(msgspec.Struct, frozen=True, tag="failed"):
     error: str
 
 
-Report = Forked | Exited | Failed
+Report = Forked | Moved | Exited | Failed
 _request_decoder: Final = msgspec.json.Decoder(ForkRequest)
 report_decoder: Final = msgspec.json.Decoder(Report)
 
@@ -163,13 +171,35 @@ def _send(sock: socket.socket, report: Report, fds: Sequence[int] = ()) -> None:
         pass  # the host stopped listening to this run: it will find out through its pidfd
 
 
-class _Runner:
-    __slots__ = ("cgroups", "report", "workdir")
+def _session_of(pid: int) -> int | None:
+    """The session id of ``pid`` (alive or a zombie), from ``/proc``."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    # pid (comm) state ppid pgrp session ...; comm may hold anything but ends at the last ")".
+    fields = data[data.rindex(b")") + 2 :].split()
+    return int(fields[3])
 
-    def __init__(self, report: socket.socket, workdir: str, cgroups: tuple[str, ...]) -> None:
+
+class _Runner:
+    """One run's child. Keyed by the pid the zygote forked, which is also its session id.
+
+    A confined child forks PID 1 of its namespace and exits with
+    :data:`runner._namespaces.EXIT_DETACHED`; PID 1 (same session) is re-parented to the
+    zygote and becomes the run's runner (``pid1``).
+    """
+
+    __slots__ = ("cgroups", "confined", "detached", "pid1", "report", "workdir")
+
+    def __init__(self, report: socket.socket, request: ForkRequest) -> None:
         self.report = report
-        self.workdir = workdir
-        self.cgroups = cgroups
+        self.workdir = request.workdir
+        self.cgroups = request.cgroups
+        self.confined = bool(request.confine)
+        self.detached = False
+        self.pid1: int | None = None
 
 
 class _Zygote:
@@ -267,36 +297,75 @@ class _Zygote:
         else:
             _send(report, Forked(pid), [pidfd])
             os.close(pidfd)
-        self.runners[pid] = _Runner(report, request.workdir, request.cgroups)
+        self.runners[pid] = _Runner(report, request)
 
     def _reap(self) -> None:
         """Reap every dead child; then report the runners among them.
 
-        Reports go out only after the whole pass, so that when the host reads a runner's
-        status, the dead processes that runner left to us are reaped too.
+        Each child's session is read before it is reaped (a zombie still has one): that is
+        how a detached PID 1 is told from an orphan. Reports go out only after the whole
+        pass, so that when the host reads a runner's status, the dead processes that
+        runner left to us are reaped too.
         """
-        reports: list[tuple[_Runner, Exited]] = []
+        reaped: list[tuple[int, int, float, float, int, int | None]] = []
         while True:
             try:
-                pid, status, usage = os.wait4(-1, os.WNOHANG)
+                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
             except ChildProcessError:
                 break
-            if pid == 0:
+            if info is None:
                 break
-            runner = self.runners.pop(pid, None)
-            if runner is not None:
-                exited = Exited(status, usage.ru_utime, usage.ru_stime, usage.ru_maxrss * 1024)
-                reports.append((runner, exited))
+            pid = info.si_pid
+            session = _session_of(pid)
+            _, status, usage = os.wait4(pid, 0)  # a zombie: returns at once
+            reaped.append(
+                (pid, status, usage.ru_utime, usage.ru_stime, usage.ru_maxrss * 1024, session)
+            )
+        reports: list[tuple[_Runner, Exited]] = []
+        # The children the zygote forked first: a detached one names its PID 1.
+        reaped.sort(key=lambda r: r[0] not in self.runners)
+        for pid, status, utime, stime, maxrss, session in reaped:
+            runner = self.runners.get(pid)
+            if runner is not None and runner.pid1 is None and not runner.detached:
+                detached = os.WIFEXITED(status) and os.WEXITSTATUS(status) == _EXIT_DETACHED
+                if runner.confined and detached:
+                    self._detached(pid, runner)
+                    continue
+                del self.runners[pid]
+                reports.append((runner, Exited(status, utime, stime, maxrss)))
+                continue
+            runner = self.runners.get(session) if session is not None else None
+            if runner is not None and (
+                runner.pid1 == pid or (runner.detached and runner.pid1 is None)
+            ):
+                assert session is not None
+                del self.runners[session]
+                reports.append((runner, Exited(status, utime, stime, maxrss)))
         if reports:
             # A runner that died left its program's processes to us: they belong to a run
             # that is over.
+            known = {*self.runners, *(r.pid1 for r in self.runners.values() if r.pid1)}
             for pid in _children():
-                if pid not in self.runners:
+                if pid not in known:
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGKILL)
         for runner, exited in reports:
             _send(runner.report, exited)
             runner.report.close()
+
+    def _detached(self, forked: int, runner: _Runner) -> None:
+        """The child ``forked`` left its PID 1 to us: find it (same session) and report it."""
+        runner.detached = True
+        for pid in _children():
+            if _session_of(pid) == forked:
+                runner.pid1 = pid
+                try:
+                    pidfd = os.pidfd_open(pid)
+                except OSError:
+                    return  # already dead and reaped: its exit is reported as the runner's
+                _send(runner.report, Moved(pid), [pidfd])
+                os.close(pidfd)
+                return
 
     def _shutdown(self) -> NoReturn:
         """The host is gone or done: end every run, remove what they made, exit."""

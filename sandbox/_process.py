@@ -398,27 +398,15 @@ class _Run:
                 os.killpg(pid, signal.SIGKILL)
 
     def _runner_pids(self) -> frozenset[int]:
-        """The runner's own processes: its pid, and when confined, PID 1 of its namespace.
-
-        A confined runner forks once as it enters its namespaces; the process the zygote
-        made waits outside for PID 1, and PID 1 is what runs the program.
-        """
+        """The runner's own process (for a confined run: PID 1 of its namespace)."""
         pid = self.child.pid
-        if pid is None:
-            return frozenset()
-        if self.level != "confined":
-            return frozenset({pid})
-        try:
-            with open(f"/proc/{pid}/task/{pid}/children") as f:
-                return frozenset({pid, *map(int, f.read().split())})
-        except OSError:
-            return frozenset({pid})
+        return frozenset() if pid is None else frozenset({pid})
 
     def _program_pid(self) -> int:
-        """The process that runs the program (for a confined run: PID 1 inside)."""
+        """The process that runs the program."""
         pid = self.child.pid
         assert pid is not None  # the run has started
-        return max(self._runner_pids() - {pid}, default=pid)
+        return pid
 
     def _exit_code(self) -> int | None:
         if self.status is None or not os.WIFEXITED(self.status):
@@ -461,8 +449,11 @@ class _Run:
             #    start channel (closed just now); otherwise, or if something holds it up
             #    (threads the program left running), SIGTERM, a grace period, SIGKILL.
             if child.pid is not None and not await child.wait_exit(_GRACE if answered else 0):
-                self._signal_runner(signal.SIGTERM)
-                if not await child.wait_exit(_GRACE):
+                # (PID 1 of a namespace takes from outside only the signals it handles:
+                # a confined runner goes straight to SIGKILL.)
+                if self.level != "confined":
+                    self._signal_runner(signal.SIGTERM)
+                if self.level == "confined" or not await child.wait_exit(_GRACE):
                     self._signal_runner(signal.SIGKILL)
                     await child.wait_exit(_CLEANUP_DEADLINE)
             # 3. Anything started while the runner was being stopped.

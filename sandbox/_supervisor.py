@@ -59,7 +59,7 @@ from typing import Final, Self
 import anyio
 import msgspec
 
-from runner._zygote import FD_NAMES, Exited, Failed, Forked, ForkRequest, report_decoder
+from runner._zygote import FD_NAMES, Exited, Failed, Forked, ForkRequest, Moved, report_decoder
 
 from ._errors import SpawnFailed
 from ._reaper import CgroupSet
@@ -288,6 +288,7 @@ class Child:
         self.pid: int | None = None
         self.pidfd: int | None = None
         self.exited: Exited | None = None
+        self.moved = False  # a confined child's PID 1 has been reported as its runner
         self.zygote_lost = False
         self.failure: str | None = None  # the zygote could not make the child
         self.refill: Callable[[], None] | None = None  # a pool's, to call while it runs
@@ -379,15 +380,19 @@ class Child:
                 return
             except OSError:
                 data, ancdata = b"", []
+            received: list[int] = []
             for level, kind, payload in ancdata:
                 if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                     fds = array.array("i")
                     fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
-                    for fd in fds:
-                        if self.pidfd is None:
-                            self.pidfd = fd
-                        else:
-                            os.close(fd)
+                    received.extend(fds)
+            pidfd = received.pop(0) if received else None
+            for fd in received:
+                os.close(fd)
+            if pidfd is not None:
+                if self.pidfd is not None:  # the runner moved: the new pidfd replaces the old
+                    os.close(self.pidfd)
+                self.pidfd = pidfd
             if not data:
                 self.zygote_lost = True  # the zygote died: the child lives on, unreported
                 return
@@ -398,6 +403,9 @@ class Child:
                 return
             if isinstance(report, Forked):
                 self.pid = report.pid
+            elif isinstance(report, Moved):
+                self.pid = report.pid
+                self.moved = True
             elif isinstance(report, Exited):
                 self.exited = report
             elif isinstance(report, Failed):
@@ -435,7 +443,17 @@ class Child:
                         break
             self._ready = bytes(got)
         if self._ready == b"R":
-            return None
+            if not self.confined:
+                return None
+            # A confined child's runner is PID 1 of its namespace, which the zygote reports
+            # once the child that forked it has exited.
+            with anyio.move_on_after(min(seconds, _ZYGOTE_TIMEOUT)):
+                while not (self.moved or self.exited is not None or self.zygote_lost):
+                    await anyio.wait_readable(self.report)
+                    self.poll_report()
+            if self.moved:
+                return None
+            return "the child's PID 1 was not reported by the zygote"
         if self._ready.startswith(b"!"):
             return self._ready[1:].decode("utf-8", "replace")
         return (
