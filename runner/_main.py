@@ -3,6 +3,7 @@
 Usage::
 
     python -m runner START_R START_W CALL_R CALL_W [--backend NAME] [--start-timeout SECONDS]
+                     [--confine JSON] [--ready FD] [--supervised]
 
 The four numbers are inherited file descriptors: the start channel's read and write ends
 and the call channel's read and write ends (a read end may equal its write end, for a
@@ -15,6 +16,16 @@ followed by the same arguments.
 Start-up imports the standard library and msgspec only (and the child side of
 ``protocol``, which is the same): no asyncio unless the program awaits at top level, no
 anyio, no trio, and not even :mod:`argparse` (the command line is parsed by hand).
+
+Options: ``--confine JSON`` puts up the confined level's walls (:mod:`runner._confine`);
+``--ready FD`` makes the runner put them up *before* it reads its Start and then write
+:data:`READY_OK` to ``FD`` (or :data:`READY_FAILED` and the reason), so that the host can set
+the run's limits on the runner's final process before it sends anything of the run;
+``--supervised`` means the runner's parent is the zygote (:mod:`runner._zygote`): no
+``PR_SET_PDEATHSIG`` (the zygote ends its runners when the host dies, and a runner outlives
+a zygote that dies alone), and a confined runner leaves its PID 1 to the zygote rather than
+waiting outside for it. The zygote's warm children skip the command line and call
+:func:`serve` directly.
 
 What the runner does, in order:
 

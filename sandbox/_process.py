@@ -1,27 +1,24 @@
-"""The ``process`` level: one fresh child process per run, and its whole life.
+"""The ``process`` and ``confined`` levels: one fresh child process per run, and its life.
 
 Theory of operation
 -------------------
-Spawning (synchronous, before anything untrusted runs):
-
-* four pipes for the two channels and two for stdout/stderr; the child inherits exactly
-  those (``close_fds``), and ``/dev/null`` as stdin;
-* ``python -I -S`` (no site, no environment variables honoured) with an explicit
-  ``sys.path``, a scrubbed environment, a private temporary working directory, its own
-  session (``start_new_session``);
-* the runner sets ``PDEATHSIG`` (it dies with the host) and becomes a subreaper;
-* before the Start is sent, the parent puts the child in the run's cgroups (when the host
-  allows) and sets its rlimits with ``prlimit``: the runner runs no program code before
-  it has its Start, so nothing untrusted ever runs unconfined.
+The child comes from the zygote (:mod:`sandbox._supervisor`: cold, warm, or from a pool),
+already in the run's cgroups, in its own session, with a scrubbed environment and a private
+working directory, and, for ``confined``, behind its walls. It has run nothing of the run
+yet: it waits for its Start. Before sending it, the host sets the run's limits on its
+cgroups and, with ``prlimit``, on its process (CPU, file size, open files, no core dumps).
 
 The run: the Server answers calls, two tasks drain stdout and stderr into capped buffers,
 and the Starter waits for the Result, all under the wall clock.
 
 The end, however the run ended (see :mod:`sandbox._reaper`), shielded from cancellation
 with its own deadline, so that cancelling the host's task always waits for the child to be
-reaped: close both channels (the protocol's cancel signal), give the runner a short grace
-to exit, SIGTERM, grace, SIGKILL, then kill everything in the run's cgroup (or process
-tree), reap it all, remove the cgroups and the working directory.
+gone: kill everything in the run's cgroup (or the runner's process tree) but the runner,
+close the start channel (after a Result the runner then exits by itself), SIGTERM, a grace
+period, SIGKILL (a confined runner, PID 1 of its namespace, straight to SIGKILL), kill
+whatever is left, and wait for the zygote's report that it has reaped the runner (it reaps
+everything the run left under it in the same pass); then remove the cgroups and the
+working directory.
 """
 
 from __future__ import annotations

@@ -11,14 +11,15 @@ parent, or fork as fast as it can. Two mechanisms keep track of all of it:
   run), sends SIGKILL to every member, thaws it so the kills land, and waits until it is
   empty. ``pids.max`` bounds a fork bomb; ``memory.limit_in_bytes`` is an honest memory
   limit across all the run's processes, page cache and tmpfs included.
-* **The host is a child subreaper** (``PR_SET_CHILD_SUBREAPER``): a process whose parent
-  dies is re-parented to the host instead of to PID 1 (which, in containers, often reaps
-  nobody), so the host can reap every process of a run it killed, and no zombie is left.
-  Without a cgroup, the same property lets the host find a run's escaped processes.
+* **Subreapers**: the zygote (:mod:`runner._zygote`) and each runner are child
+  subreapers (``PR_SET_CHILD_SUBREAPER``): a process whose parent dies is re-parented to
+  the runner while it lives, then to the zygote, never to PID 1 (which, in containers,
+  often reaps nobody), so every process of a run is found and reaped. The host process
+  itself is not a subreaper: orphans of its other subprocesses are not its to reap.
 
-The runner itself is also a subreaper, so while it lives every descendant of the program
-stays in its process tree; the fallback (no cgroup) kills that tree repeatedly until it is
-empty.
+While the runner lives, every descendant of the program stays in its process tree; the
+fallback (no cgroup) kills that tree repeatedly until it is empty, and the zygote kills
+whatever a dead runner left to it.
 """
 
 from __future__ import annotations
