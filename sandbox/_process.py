@@ -147,20 +147,17 @@ async def run_process(
             run.apply_limits()
         except OSError as exc:
             raise SpawnFailed(f"cannot set the run's limits: {exc}") from exc
-        refill = child.refill
-        if refill is None:
-            return await run.drive(program, toolset, start_ch, call_ch, out_ch, err_ch)
-        async with anyio.create_task_group() as tg:
-            # The pool asks for this child's replacement while the program runs.
-            tg.start_soon(anyio.to_thread.run_sync, refill)
-            result = await run.drive(program, toolset, start_ch, call_ch, out_ch, err_ch)
-        return result
+        return await run.drive(program, toolset, start_ch, call_ch, out_ch, err_ch)
     finally:
         with anyio.CancelScope(shield=True), anyio.move_on_after(_CLEANUP_DEADLINE):
             call_ch.close()
             await run.end()  # closes the start channel at the right moment
             for ch in (out_ch, err_ch):
                 ch.close()
+        if child.refill is not None:
+            # The pool's replacement for this child is made once the run is over, in the
+            # background: neither the fork nor the walls compete with the run.
+            child.refill()
 
 
 class _Run:

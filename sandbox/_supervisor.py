@@ -39,6 +39,7 @@ import contextlib
 import fcntl
 import functools
 import os
+import queue
 import select
 import shutil
 import signal
@@ -164,6 +165,7 @@ class _Zygote:
         finally:
             theirs.close()
         self.control = control
+        self.retired = False
         try:
             control.settimeout(_ZYGOTE_TIMEOUT)
             hello = report_decoder.decode(control.recv(4096))
@@ -177,6 +179,8 @@ class _Zygote:
         control.settimeout(5.0)
 
     def alive(self) -> bool:
+        if self.retired:
+            return False
         return not select.select([self.pidfd], [], [], 0)[0]
 
     def request(self, request: ForkRequest, fds: list[int]) -> None:
@@ -243,6 +247,7 @@ def _zygote() -> _Zygote:
 
 
 def _retire(old: _Zygote) -> None:
+    old.retired = True
     old.kill()
     old.control.close()
     with contextlib.suppress(OSError):
@@ -289,9 +294,11 @@ class Child:
         self.pidfd: int | None = None
         self.exited: Exited | None = None
         self.moved = False  # a confined child's PID 1 has been reported as its runner
+        self._zygote: _Zygote | None = None  # the one that took the request
         self.zygote_lost = False
         self.failure: str | None = None  # the zygote could not make the child
-        self.refill: Callable[[], None] | None = None  # a pool's, to call while it runs
+        #: A pool's: asks for this child's replacement (without waiting), once the run ends.
+        self.refill: Callable[[], None] | None = None
         self._ready: bytes | None = None
         self._mine: list[int] = []
         self._theirs: list[int] = []
@@ -359,6 +366,7 @@ class Child:
             z = _zygote()
             try:
                 z.request(request, self._theirs)
+                self._zygote = z
                 break
             except OSError as exc:
                 _replace(z)
@@ -467,6 +475,13 @@ class Child:
         self.poll_report()
         if self.exited is not None or self.failure is not None:
             return False
+        if self.pid is None:
+            # Not forked yet: lost for good if the zygote that took the request is gone
+            # (its descriptors may stay in flight, with no EOF to tell).
+            z = self._zygote
+            if self.zygote_lost or z is None or not z.alive():
+                return False
+            return None
         if self.pidfd is not None and select.select([self.pidfd], [], [], 0)[0]:
             return False
         if self._ready is None:
@@ -595,8 +610,8 @@ class Pool:
     def take(self, *, confined: bool, use_cgroups: bool) -> Child:
         """A child for one run (waiting for the zygote if the pool is empty).
 
-        The child's :attr:`Child.refill` tops the pool up again; the run calls it while
-        the program runs, so that the work is not on the run's path.
+        The child's :attr:`Child.refill` tops the pool up again in the background; the run
+        calls it once it is over, so that making the replacement is not on its path.
 
         Raises:
             SpawnFailed: no child could be made.
@@ -614,7 +629,7 @@ class Pool:
                     if child.ready_now() is False:  # died while idle: not for a run
                         dead.append(child)
                         continue
-                    child.refill = functools.partial(self.refill, confined, use_cgroups)
+                    child.refill = functools.partial(_refiller.submit, self, confined, use_cgroups)
                     return child
             finally:
                 for child in dead:
@@ -634,14 +649,16 @@ class Pool:
             return [child for idle in self._idle.values() for child in idle]
 
     def wait_full(self, timeout: float = 30.0) -> bool:
-        """Block until every idle child is ready for a Start; False on timeout.
+        """Block until the pool is full and every idle child is ready; False on timeout.
 
         For measurements that must not include the fork (the pool refills in the
         background, and a burst of runs can drain it).
         """
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if all(child.ready_now() for child in self.idle()):
+            with self._lock:
+                full = all(len(idle) >= self.size for idle in self._idle.values())
+            if full and all(child.ready_now() for child in self.idle()):
                 return True
             time.sleep(0.001)
         return False
@@ -668,6 +685,30 @@ class Pool:
         await anyio.to_thread.run_sync(self.close)
 
 
+class _Refiller:
+    """One background thread that tops pools up, so that no run waits for a refill."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[tuple[Pool, bool, bool]] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._start = threading.Lock()
+
+    def submit(self, pool: Pool, confined: bool, use_cgroups: bool) -> None:
+        with self._start:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._work, name="sandbox-pool-refill", daemon=True
+                )
+                self._thread.start()
+        self._queue.put((pool, confined, use_cgroups))
+
+    def _work(self) -> None:
+        while True:
+            pool, confined, use_cgroups = self._queue.get()
+            pool.refill(confined, use_cgroups)
+
+
+_refiller = _Refiller()
 _default_pool: Pool | None = None
 
 

@@ -10,7 +10,7 @@ import psutil
 import pytest
 
 import sandbox
-from sandbox import Budget, Spawn, Tool
+from sandbox import Budget, Pool, Spawn, Tool
 
 from .conftest import run_cgroups, run_dirs, run_processes
 
@@ -27,6 +27,13 @@ def echo(n: int) -> int:
     return n
 
 
+def settle() -> None:
+    """Let a pool finish its refills (each run asks for one in the background)."""
+    pool = sandbox._api._DEFAULT_SPAWN
+    if isinstance(pool, Pool):
+        assert pool.wait_full(30)
+
+
 def open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
@@ -39,10 +46,12 @@ async def test_many_runs_leave_nothing_behind(spawn: Spawn) -> None:
     for _ in range(WARM_UP):  # thread pools, caches, the event loop's own descriptors
         result = await sandbox.run("host.echo(1)", tools=[echo])
         assert result.ok, result.error
+    settle()
     fds = open_fds()
     for i in range(RUNS[spawn]):
         result = await sandbox.run(f"host.echo({i})", tools=[echo])
         assert (result.ok, result.value, result.calls) == (True, i, 1), result.error
+    settle()
     assert open_fds() <= fds, os.listdir("/proc/self/fd")
     assert run_processes() == []
     assert run_dirs() - dirs == set()

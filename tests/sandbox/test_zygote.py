@@ -69,8 +69,10 @@ async def test_killing_the_zygote_mid_run_loses_no_result(level: Level) -> None:
     assert (result.ok, result.value) == (True, 42), result.error
     assert killed
     assert not psutil.pid_exists(killed[0])
-    again = await sandbox.run("2", level=level)
+    again = await sandbox.run("2", level=level)  # (a pool's idle children outlive it too)
     assert (again.ok, again.value) == (True, 2), again.error
+    forked = await sandbox.run("3", level=level, spawn=Spawn.ZYGOTE)
+    assert (forked.ok, forked.value) == (True, 3), forked.error
     assert _supervisor.zygote_pid() not in (None, killed[0])
 
 
