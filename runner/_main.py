@@ -3,7 +3,7 @@
 Usage::
 
     python -m runner START_R START_W CALL_R CALL_W [--backend NAME] [--start-timeout SECONDS]
-                     [--confine JSON] [--ready FD] [--supervised]
+                     [--confine JSON] [--ready FD] [--supervised] [--no-linger]
 
 The four numbers are inherited file descriptors: the start channel's read and write ends
 and the call channel's read and write ends (a read end may equal its write end, for a
@@ -24,8 +24,10 @@ the run's limits on the runner's final process before it sends anything of the r
 ``--supervised`` means the runner's parent is the zygote (:mod:`runner._zygote`): no
 ``PR_SET_PDEATHSIG`` (the zygote ends its runners when the host dies, and a runner outlives
 a zygote that dies alone), and a confined runner leaves its PID 1 to the zygote rather than
-waiting outside for it. The zygote's warm children skip the command line and call
-:func:`serve` directly.
+waiting outside for it; ``--no-linger`` skips step 5 (for a host that finds every process
+of the run in its cgroups, whatever their parents: the runner exits right after its
+Result, while the host reads it). The zygote's warm children skip the command line and
+call :func:`serve` directly.
 
 What the runner does, in order:
 
@@ -118,7 +120,8 @@ EXIT_USAGE: Final = 64  # os.EX_USAGE, spelled out: os.EX_USAGE does not exist o
 
 _USAGE: Final = (
     "usage: python -m runner START_R START_W CALL_R CALL_W "
-    "[--backend NAME] [--start-timeout SECONDS] [--confine JSON] [--ready FD] [--supervised]"
+    "[--backend NAME] [--start-timeout SECONDS] [--confine JSON] [--ready FD] [--supervised] "
+    "[--no-linger]"
 )
 #: The byte written to ``--ready`` once the runner waits for its Start; a failure to put
 #: up the walls writes ``READY_FAILED`` followed by the reason instead.
@@ -146,6 +149,7 @@ class Arguments:
         "backend",
         "call_fds",
         "confine",
+        "linger",
         "ready_fd",
         "start_fds",
         "start_timeout",
@@ -162,6 +166,7 @@ class Arguments:
         confine: str = "",
         ready_fd: int | None = None,
         supervised: bool = False,
+        linger: bool = True,
     ) -> None:
         self.start_fds = start_fds
         self.call_fds = call_fds
@@ -170,6 +175,7 @@ class Arguments:
         self.confine = confine
         self.ready_fd = ready_fd
         self.supervised = supervised
+        self.linger = linger
 
 
 def _parse(argv: Sequence[str]) -> Arguments:
@@ -186,12 +192,15 @@ def _parse(argv: Sequence[str]) -> Arguments:
         "--ready": "",
     }
     supervised = False
+    linger = True
     args = list(argv)
     while args:
         arg = args.pop(0)
         name, eq, value = arg.partition("=")
         if arg == "--supervised":
             supervised = True
+        elif arg == "--no-linger":
+            linger = False
         elif name in options:
             if not eq:
                 if not args:
@@ -243,6 +252,7 @@ def _parse(argv: Sequence[str]) -> Arguments:
         confine=options["--confine"],
         ready_fd=ready_fd,
         supervised=supervised,
+        linger=linger,
     )
 
 
@@ -426,9 +436,10 @@ def serve(args: Arguments) -> int:
         runner.close()
         return EXIT_NO_START
     client.close()
-    # Hold on (as the subreaper of whatever the program left running) until the parent
-    # has dealt with it and closes the start channel; bounded, in case it never does.
-    runner.wait_closed(_LINGER_SECONDS)
+    if args.linger:
+        # Hold on (as the subreaper of whatever the program left running) until the parent
+        # has dealt with it and closes the start channel; bounded, in case it never does.
+        runner.wait_closed(_LINGER_SECONDS)
     runner.close()
     return EXIT_OK
 

@@ -83,6 +83,8 @@ class ForkRequest(msgspec.Struct, frozen=True, kw_only=True):
         cgroups: the ``cgroup.procs`` files the child joins first.
         confine: the confined level's request (JSON), or empty for the process level.
         start_timeout: seconds the runner waits for its Start; 0 for no limit.
+        linger: the runner waits after its Result until the host closes the start
+            channel (without cgroups, the host finds the run's processes in its tree).
         argv: ``cold`` only: the interpreter and its options; the descriptors and runner
             options are appended.
     """
@@ -93,6 +95,7 @@ class ForkRequest(msgspec.Struct, frozen=True, kw_only=True):
     cgroups: tuple[str, ...] = ()
     confine: str = ""
     start_timeout: float = 60.0
+    linger: bool = True
     argv: tuple[str, ...] = ()
 
 
@@ -406,6 +409,8 @@ def _child(request: ForkRequest, fds: list[int], control: int) -> NoReturn:
         options = ["--ready", "7", "--supervised", "--start-timeout", timeout]
         if request.confine:
             options += ["--confine", request.confine]
+        if not request.linger:
+            options.append("--no-linger")
         if request.mode == "cold":
             os.execve(request.argv[0], [*request.argv, *channels, *options], request.env)
         from . import _main
@@ -422,6 +427,7 @@ def _child(request: ForkRequest, fds: list[int], control: int) -> NoReturn:
                 ready_fd=7,
                 start_timeout=request.start_timeout or None,
                 supervised=True,
+                linger=request.linger,
             )
         )
         _main._flush_stdio()

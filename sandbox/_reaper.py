@@ -161,12 +161,20 @@ class CgroupSet:
             (path / "cgroup.procs").write_text(str(pid))
 
     def pids(self) -> set[int]:
-        """Every process in the run's cgroups now."""
-        found: set[int] = set()
-        for path in self.dirs.values():
-            with contextlib.suppress(OSError):
-                found.update(int(x) for x in (path / "cgroup.procs").read_text().split())
-        return found
+        """Every process in the run's cgroups now.
+
+        Every process of the run is in each of the set's cgroups (a process joins all of
+        them, and its children are born in its cgroups), so one of them is read (the pids
+        cgroup). A process that could move itself out of it (only root, at the ``process``
+        level, and never at ``confined``) could leave the others just as well.
+        """
+        path = self.dirs.get("pids") or next(iter(self.dirs.values()), None)
+        if path is None:
+            return set()
+        try:
+            return {int(x) for x in (path / "cgroup.procs").read_text().split()}
+        except OSError:
+            return set()
 
     def kill_all(self, *, spare: frozenset[int] = frozenset(), timeout: float = 5.0) -> set[int]:
         """Kill every member (but ``spare``) until none is left; return every pid to reap.

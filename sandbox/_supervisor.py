@@ -360,6 +360,9 @@ class Child:
             cgroups=() if self.cgroups is None else self.cgroups.procs_files(),
             confine=_confine_request(self.workdir) if self.confined else "",
             start_timeout=start_timeout,
+            # With cgroups, every process of the run is found there: the runner need not
+            # hold them in its tree after its Result, and exits while the host reads it.
+            linger=self.cgroups is None,
             argv=(sys.executable, "-I", "-S", "-c", _RUNNER_BOOT),
         )
         for attempt in (1, 2):

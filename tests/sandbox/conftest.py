@@ -45,15 +45,18 @@ def run_processes() -> list[psutil.Process]:
     another host's runs (another test process, a benchmark) is counted.
     """
     keep = _supervisor.host_processes()
-    for pid in list(keep):  # an idle confined child is two processes
-        try:
-            keep.update(p.pid for p in psutil.Process(pid).children())
-        except psutil.Error:
-            pass
+    # An idle pool child, or one being made (its pid not reported yet), is known by its
+    # working directory.
+    idle_dirs = {child.workdir for child in _idle_children()}
     found = []
     for proc in psutil.Process().children(recursive=True):
         if proc.pid in keep:
             continue
+        try:
+            if proc.cwd() in idle_dirs:
+                continue
+        except psutil.Error:
+            pass
         try:
             cmdline = " ".join(proc.cmdline())
         except psutil.ZombieProcess:
