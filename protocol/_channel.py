@@ -9,6 +9,12 @@ EAGAIN; ``os.write`` first, ``anyio.wait_writable`` only when the pipe is full.
 The descriptors are made non-blocking. Reading and writing may be separate descriptors (a
 pipe pair) or the same one (a socket). Closing notifies any task waiting on them
 (``anyio.notify_closing``), so a blocked reader wakes with ``ClosedResourceError``.
+
+A descriptor a task is waiting on is not freed at once when the channel closes: its file
+is (the peer sees EOF at once), but the number stays taken, by ``/dev/null``, until the
+waiting task has left its wait. On asyncio the woken task unregisters the number only when
+it next runs; were the number reused meanwhile (a new pipe of another run), that late
+clean-up would unregister the new descriptor's reader and leave its task waiting forever.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ class FdChannel:
     The channel owns the descriptors: :meth:`close` closes them.
     """
 
-    __slots__ = ("_closed", "_read_fd", "_streak", "_write_fd")
+    __slots__ = ("_closed", "_read_fd", "_reserved", "_streak", "_waiting", "_write_fd")
 
     def __init__(self, read_fd: int, write_fd: int) -> None:
         os.set_blocking(read_fd, False)
@@ -48,6 +54,8 @@ class FdChannel:
         self._write_fd = write_fd
         self._closed = False
         self._streak = 0
+        self._waiting: set[int] = set()  # descriptors a task waits on now
+        self._reserved: set[int] = set()  # closed, their numbers held until the wait ends
 
     @property
     def closed(self) -> bool:
@@ -69,7 +77,7 @@ class FdChannel:
                 data = os.read(self._read_fd, size)
             except BlockingIOError:
                 self._streak = 0
-                await anyio.wait_readable(self._read_fd)
+                await self._wait(self._read_fd, readable=True)
                 continue
             except OSError as exc:
                 raise _translate(exc) from exc
@@ -103,7 +111,20 @@ class FdChannel:
         """
         if self._closed:
             raise anyio.ClosedResourceError
-        await anyio.wait_writable(self._write_fd)
+        await self._wait(self._write_fd, readable=False)
+
+    async def _wait(self, fd: int, *, readable: bool) -> None:
+        self._waiting.add(fd)
+        try:
+            if readable:
+                await anyio.wait_readable(fd)
+            else:
+                await anyio.wait_writable(fd)
+        finally:
+            self._waiting.discard(fd)
+            if fd in self._reserved and fd not in self._waiting:
+                self._reserved.discard(fd)
+                os.close(fd)
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
         """Write all of ``data``, waiting for room as needed. For single-writer use.
@@ -134,14 +155,25 @@ class FdChannel:
             except RuntimeError:  # no event loop running: nobody can be waiting
                 pass
             try:
-                os.close(fd)
+                if fd in self._waiting:
+                    # Release the file now, keep the number until the waiter has left.
+                    os.dup2(_null(), fd, inheritable=False)
+                    self._reserved.add(fd)
+                else:
+                    os.close(fd)
             except OSError:
                 pass
 
-    async def aclose(self) -> None:
-        """Close the channel (see :meth:`close`)."""
-        self.close()
-        await anyio.lowlevel.checkpoint()
+
+_null_fd = -1
+
+
+def _null() -> int:
+    """A descriptor of ``/dev/null`` (one per process), to hold a number with."""
+    global _null_fd
+    if _null_fd < 0:
+        _null_fd = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+    return _null_fd
 
 
 def _translate(exc: OSError) -> Exception:

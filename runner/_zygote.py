@@ -347,9 +347,10 @@ class _Zygote:
         if reports:
             # A runner that died left its program's processes to us: they belong to a run
             # that is over.
+            # (Not a PID 1 on its way to us: it is of a live run's session.)
             known = {*self.runners, *(r.pid1 for r in self.runners.values() if r.pid1)}
             for pid in _children():
-                if pid not in known:
+                if pid not in known and _session_of(pid) not in self.runners:
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGKILL)
         for runner, exited in reports:

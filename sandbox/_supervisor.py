@@ -206,8 +206,13 @@ class _Zygote:
         except subprocess.TimeoutExpired:
             self.keeper.kill()
             self.keeper.wait()
-        with contextlib.suppress(AttributeError, OSError):
-            os.close(self.pidfd)
+        self.close_pidfd()
+
+    def close_pidfd(self) -> None:
+        """Close the zygote's pidfd, once (a number closed twice may be someone else's)."""
+        pidfd, self.pidfd = getattr(self, "pidfd", -1), -1
+        if pidfd >= 0:
+            os.close(pidfd)
 
 
 _lock = threading.Lock()
@@ -250,8 +255,7 @@ def _retire(old: _Zygote) -> None:
     old.retired = True
     old.kill()
     old.control.close()
-    with contextlib.suppress(OSError):
-        os.close(old.pidfd)
+    old.close_pidfd()
     _retired.append(old)
 
 
@@ -565,8 +569,9 @@ class Child:
         """Remove what the run made, once its processes are gone (idempotent)."""
         if hasattr(self, "report"):
             self.report.close()
-            with contextlib.suppress(OSError):
+            if self.ready_fd >= 0:
                 os.close(self.ready_fd)
+                self.ready_fd = -1
         if self.pidfd is not None:
             with contextlib.suppress(OSError):
                 os.close(self.pidfd)
