@@ -38,10 +38,11 @@ pinned to one CPU with ``os.sched_setaffinity``; children and worker threads inh
 On a 2-vCPU VM a cross-CPU wake-up costs ~30 µs, which matters for 1000 round trips, and
 pinned, a child's start-up cannot overlap the parent's own work.
 
-Where the time goes (``--breakdown-runs``): after the rounds, a few ``process`` runs with
-timestamps. Functions of :mod:`sandbox._process` are wrapped, for that pass only (never in
-the timed rounds), to stamp Popen, the Start sent, the Result received (the runner writes
-nothing before its Result, so that is also its first byte) and each step of the clean-up;
+Where the time goes (``--breakdown-runs``): after the rounds, a few runs with timestamps,
+for each of :data:`BREAKDOWN_CELLS`. Functions of :mod:`sandbox._process` and
+:mod:`sandbox._supervisor` are wrapped, for that pass only (never in the timed rounds), to
+stamp the child's arrival and readiness, the Start sent, the Result received (the runner
+writes nothing before its Result, so that is also its first byte) and the clean-up;
 the program itself returns the child's ``perf_counter_ns`` (CLOCK_MONOTONIC, the same
 clock as the parent's) and ``process_time_ns`` when it starts. A ``-X importtime`` run of
 the runner's imports splits the child's start-up further.
@@ -55,11 +56,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
-import hashlib
 import os
 import re
 import select
-import shutil
 import signal
 import statistics
 import subprocess
@@ -77,11 +76,12 @@ import psutil
 import sandbox
 import sandbox._levels
 import sandbox._process as sandbox_process
-import sandbox._reaper as sandbox_reaper
+import sandbox._supervisor as sandbox_supervisor
 from protocol import Starter
 from sandbox._reaper import CgroupSet
 
-from .bench_wire import environment, summarize
+from ._machine import changed_sources, environment, git_head
+from .bench_wire import summarize
 
 ROOT: Final = Path(__file__).resolve().parent.parent
 RESULTS_DIR: Final = ROOT / "benchmarks" / "results"
@@ -234,9 +234,13 @@ def pinned(pin: str) -> Iterator[None]:
 
 
 def children_left() -> list[str]:
-    """This process's descendants (there must be none between cells)."""
+    """This process's descendants but the sandbox's zygote and keeper, which stay for the
+    next run (there must be none between cells)."""
     out = []
+    keep = sandbox_supervisor.host_processes()
     for proc in psutil.Process().children(recursive=True):
+        if proc.pid in keep:
+            continue
         try:
             out.append(f"{proc.pid} {proc.status()} {' '.join(proc.cmdline())[:120]}")
         except psutil.Error:
@@ -492,18 +496,25 @@ class _ModuleProxy:
 def instrumented() -> Iterator[None]:
     """Stamp the steps of :func:`sandbox._process.run_process` (breakdown pass only)."""
     patches = _Patches()
-    real_popen = subprocess.Popen
     real_starter = Starter
     run_cls: Any = sandbox_process._Run
+    child_cls: Any = sandbox_supervisor.Child
     cgroup_cls: Any = CgroupSet
+    orig_acquire = sandbox_supervisor.acquire
+    orig_ready = vars(child_cls)["wait_ready"]
     orig_end = vars(run_cls)["end"]
-    orig_wait = vars(run_cls)["_wait_exit"]
+    orig_wait = vars(child_cls)["wait_exit"]
 
-    def popen(*args: Any, **kwargs: Any) -> Any:
-        _TL.mark("popen_enter")
-        proc = real_popen(*args, **kwargs)
-        _TL.mark("popen_exit")
-        return proc
+    async def acquire(*args: Any, **kwargs: Any) -> Any:
+        child = await orig_acquire(*args, **kwargs)
+        _TL.mark("acquired")
+        return child
+
+    async def wait_ready(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await orig_ready(self, *args, **kwargs)
+        finally:
+            _TL.mark("ready")
 
     class TimedStarter:
         def __init__(self, channel: Any) -> None:
@@ -527,44 +538,23 @@ def instrumented() -> Iterator[None]:
                 _TL.mark("end_exit")
 
     async def wait_exit(self: Any, seconds: float) -> bool:
-        t0 = time.perf_counter_ns()
-        try:
-            done: bool = await orig_wait(self, seconds)
-        finally:
-            _TL.add("wait_runner_exit", time.perf_counter_ns() - t0)
+        done: bool = await orig_wait(self, seconds)
         if done:
-            _TL.mark("runner_reaped")
+            _TL.mark("runner_exited")
         return done
 
     try:
-        patches.set(sandbox_process, "subprocess", _ModuleProxy(subprocess, {"Popen": popen}))
-        patches.set(
-            sandbox_process,
-            "shutil",
-            _ModuleProxy(
-                shutil,
-                {"rmtree": _spanned(shutil.rmtree, "rmtree_workdir")},
-            ),
-        )
+        patches.set(sandbox_process, "acquire", acquire)
+        patches.set(child_cls, "wait_ready", wait_ready)
         patches.set(sandbox_process, "Starter", TimedStarter)
         patches.set(run_cls, "end", end)
-        patches.set(run_cls, "_wait_exit", wait_exit)
-        for name, span in (
-            ("dead_children", "dead_children"),
-            ("session_zombies", "session_zombies"),
-            ("reap", "reap"),
-            ("_set_rlimits", "rlimits"),
-        ):
-            patches.set(sandbox_process, name, _spanned(getattr(sandbox_process, name), span))
+        patches.set(child_cls, "wait_exit", wait_exit)
         patches.set(
-            sandbox_reaper,
-            "zombie_children",
-            _spanned(sandbox_reaper.zombie_children, "zombie_scan_psutil"),
+            sandbox_process, "_set_rlimits", _spanned(sandbox_process._set_rlimits, "rlimits")
         )
-        create = vars(cgroup_cls)["create"]
-        patches.set(cgroup_cls, "create", classmethod(_spanned(create.__func__, "cgroups_create")))
+        patches.set(child_cls, "release", _spanned(vars(child_cls)["release"], "release"))
         for name, span in (
-            ("add", "cgroups_add"),
+            ("set_limits", "cgroups_set_limits"),
             ("kill_all", "cgroups_kill_all"),
             ("remove", "cgroups_remove"),
         ):
@@ -574,61 +564,65 @@ def instrumented() -> Iterator[None]:
         patches.undo()
 
 
-async def breakdown_batch(runs: int, limit: float) -> list[dict[str, Any]]:
-    """Timestamped ``process`` runs of the stamp program."""
+async def breakdown_batch(level: str, spawn: str, runs: int, limit: float) -> list[dict[str, Any]]:
+    """Timestamped runs of the stamp program at ``level``, children made by ``spawn`` (a
+    pool is refilled, untimed, before each run: its fork is not on the run's path)."""
     out = []
-    for i in range(runs + 1):
-        for attempt in range(MAX_RETRIES + 1):
-            _check_stop()
-            tl = _reset_timeline()
-            t_call = time.perf_counter_ns()
-            with anyio.fail_after(limit):
-                result = await sandbox.run(STAMP_PROGRAM, level="process")
-            t_return = time.perf_counter_ns()
-            if not _killed_from_outside(result):
-                break
-            _note_killed("breakdown run", attempt)
-        if not result.ok or not isinstance(result.value, list):
-            raise RuntimeError(f"breakdown run failed: {result.error}")
-        if i == 0:
-            continue  # warm-up
-        child_t0, child_cpu, child_modules = result.value
-        m = {k: v - t_call for k, v in tl.marks.items()}
-        m["child_program_start"] = child_t0 - t_call
-        m["return"] = t_return - t_call
-        out.append(
-            {
-                "marks_ns": m,
-                "spans_ns": dict(tl.spans),
-                "child_cpu_ns_at_program_start": child_cpu,
-                "child_modules_at_program_start": child_modules,
-                "child_cpu_ns_total": None
-                if result.cpu_time is None
-                else int(result.cpu_time * 1e9),
-            }
-        )
+    pool = sandbox.Pool(size=2) if spawn == "pool" else None
+    try:
+        for i in range(runs + 1):
+            for attempt in range(MAX_RETRIES + 1):
+                _check_stop()
+                if pool is not None:
+                    pool.wait_full(limit)
+                tl = _reset_timeline()
+                t_call = time.perf_counter_ns()
+                with anyio.fail_after(limit):
+                    result = await sandbox.run(STAMP_PROGRAM, level=level, spawn=pool or spawn)
+                t_return = time.perf_counter_ns()
+                if not _killed_from_outside(result):
+                    break
+                _note_killed("breakdown run", attempt)
+            if not result.ok or not isinstance(result.value, list):
+                raise RuntimeError(f"breakdown run failed: {result.error}")
+            if i == 0:
+                continue  # warm-up
+            child_t0, child_cpu, child_modules = result.value
+            m = {k: v - t_call for k, v in tl.marks.items()}
+            m["child_program_start"] = child_t0 - t_call
+            m["return"] = t_return - t_call
+            out.append(
+                {
+                    "marks_ns": m,
+                    "spans_ns": dict(tl.spans),
+                    "child_cpu_ns_at_program_start": child_cpu,
+                    "child_modules_at_program_start": child_modules,
+                    "child_cpu_ns_total": None
+                    if result.cpu_time is None
+                    else int(result.cpu_time * 1e9),
+                }
+            )
+    finally:
+        if pool is not None:
+            pool.close()
     return out
 
 
+#: The (level, spawn mode) cells the breakdown times.
+BREAKDOWN_CELLS: Final = (("process", "zygote"), ("process", "pool"), ("confined", "pool"))
 #: The critical path of one run, as (label, from mark, to mark); they add up to the total.
 PHASES: Final = (
-    ("prepare: tmpdir, cgroups, pipes", "", "popen_enter"),
-    ("fork+exec (Popen)", "popen_enter", "popen_exit"),
-    (
-        "child start-up to program (interpreter, imports, Start)",
-        "popen_exit",
-        "child_program_start",
-    ),
-    ("program, Result to parent", "child_program_start", "result_received"),
+    ("get a child: pool take, or request to the zygote", "", "acquired"),
+    ("child ready: fork, cgroups joined, walls up", "acquired", "ready"),
+    ("limits set, Start sent", "ready", "start_sent"),
+    ("Start -> the program starts (child)", "start_sent", "child_program_start"),
+    ("program, Result back to the parent", "child_program_start", "result_received"),
     ("Result -> clean-up starts", "result_received", "end_enter"),
-    ("clean-up: end() (kill, wait for exit, reap, rm)", "end_enter", "end_exit"),
+    ("clean-up: end() (kill, runner exit, zygote's report, rm)", "end_enter", "end_exit"),
     ("after clean-up: drains, RunResult", "end_exit", "return"),
 )
-#: Parent work inside those phases (spans and marks), for the report.
-INSIDE: Final = (
-    ("parent: Popen -> Start sent (confine, channels)", "popen_exit", "start_sent"),
-    ("end(): runner exits after EOF (wait + reap)", "end_enter", "runner_reaped"),
-)
+#: Parent work inside those phases (marks), for the report.
+INSIDE: Final = (("end(): until the runner's exit is seen", "end_enter", "runner_exited"),)
 
 
 def analyse_breakdown(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -895,10 +889,10 @@ def print_tables(pin: str, res: dict[str, Any], backends: Sequence[str]) -> None
 
 
 def print_breakdown(key: str, bd: dict[str, Any]) -> None:
-    """Where a process-level run's time goes."""
+    """Where a run's time goes."""
     print()
     print(
-        f"where the time goes, process level, {key} ({bd['runs']} timestamped runs, "
+        f"where the time goes, {key} ({bd['runs']} timestamped runs, "
         f"total p50 {bd['total_ms']['median']:.1f} ms)"
     )
     for label, entry in bd["phases"].items():
@@ -958,28 +952,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return opts
 
 
-def _git_head() -> dict[str, Any]:
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain"], capture_output=True, text=True, cwd=ROOT, check=True
-        ).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return {"commit": None}
-    return {"commit": head, "dirty_paths": dirty.splitlines(), "measured_sources": _digest()}
-
-
-def _digest() -> dict[str, str]:
-    """sha256 of every source file the runs execute (the working tree may be dirty)."""
-    out = {}
-    for package in ("protocol", "runner", "sandbox"):
-        for path in sorted((ROOT / package).rglob("*.py")):
-            out[str(path.relative_to(ROOT))] = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
-    return out
-
-
 def main(argv: list[str] | None = None) -> None:
     """Run the cells, print the tables, write the JSON."""
     signal.signal(signal.SIGINT, _on_stop_signal)
@@ -999,7 +971,7 @@ def main(argv: list[str] | None = None) -> None:
     pins: list[str] = list(dict.fromkeys(opts.pin or PINS))
     cells = make_cells(backends)
     meta = environment(args)
-    meta["git"] = _git_head()
+    meta["git"] = git_head(ROOT)
     meta["cgroups_usable"] = sandbox._levels.cgroups_usable()
     print(
         f"levels benchmark: {rounds} rounds x pins {'/'.join(pins)} x {len(cells)} cells "
@@ -1013,11 +985,18 @@ def main(argv: list[str] | None = None) -> None:
         if sizes.breakdown_runs:
             for pin in pins:
                 for backend in backends:
-                    with pinned(pin), instrumented():
-                        runs = anyio.run(
-                            breakdown_batch, sizes.breakdown_runs, opts.timeout, backend=backend
-                        )
-                    breakdown[f"{backend}/pin={pin}"] = analyse_breakdown(runs)
+                    for level, spawn in BREAKDOWN_CELLS:
+                        with pinned(pin), instrumented():
+                            runs = anyio.run(
+                                breakdown_batch,
+                                level,
+                                spawn,
+                                sizes.breakdown_runs,
+                                opts.timeout,
+                                backend=backend,
+                            )
+                        key = f"{level}/{spawn} {backend}/pin={pin}"
+                        breakdown[key] = analyse_breakdown(runs)
             breakdown["import_times"] = import_times(5, opts.timeout)
     except KeyboardInterrupt:
         print("interrupted: the run in progress finished and was cleaned up", file=sys.stderr)
@@ -1047,8 +1026,7 @@ def main(argv: list[str] | None = None) -> None:
     )
 
     meta["loadavg_at_end"] = list(os.getloadavg())
-    before, after = meta["git"].get("measured_sources", {}), _digest()
-    changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+    changed = changed_sources(meta["git"].get("measured_sources", {}), ROOT)
     meta["sources_changed_during_run"] = changed
     if changed:
         print(f"WARNING: sources changed while measuring: {', '.join(changed)}")

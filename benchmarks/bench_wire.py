@@ -48,9 +48,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import importlib.metadata
 import os
-import platform
 import signal
 import statistics
 import subprocess
@@ -66,6 +64,7 @@ import msgspec
 
 from protocol import VERSION, CallStats, FdChannel, Request, Response, Server, frame_message
 
+from ._machine import environment
 from ._wire_child import BATCH, BLOB_TOOL, ECHO_TOOL, ChildReport
 
 ROOT: Final = Path(__file__).resolve().parent.parent
@@ -590,46 +589,6 @@ def print_table(
                 f"  {variant.label:48} {num:26} {cps:>8}  {rat:24} "
                 f"{e['target'] or '':7} {e['status'] or ''}"
             )
-
-
-def _version(dist: str) -> str | None:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def environment(argv: list[str]) -> dict[str, Any]:
-    """What the numbers depend on: versions, machine, date, command line."""
-    uname = platform.uname()
-    return {
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "command_line": list(sys.orig_argv),
-        "arguments": argv,
-        "python": sys.version,
-        "python_implementation": platform.python_implementation(),
-        "executable": sys.executable,
-        "versions": {
-            name: _version(name) for name in ("anyio", "msgspec", "trio", "uvloop", "psutil")
-        },
-        "platform": platform.platform(),
-        "kernel": uname.release,
-        "machine": uname.machine,
-        "cpu_count": os.cpu_count(),
-        "cpu_model": _cpu_model(),
-        "loadavg_at_start": list(os.getloadavg()),
-    }
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

@@ -25,7 +25,6 @@ whatever a dead runner left to it.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import functools
 import os
@@ -38,31 +37,12 @@ import psutil
 
 __all__ = [
     "CgroupSet",
-    "become_subreaper",
-    "dead_children",
     "cgroup_support",
     "kill_tree",
-    "reap",
-    "session_zombies",
-    "zombie_children",
 ]
 
-_PR_SET_CHILD_SUBREAPER: Final = 36
 _CGROUP_ROOT: Final = Path("/sys/fs/cgroup")
 _CONTROLLERS: Final = ("pids", "freezer", "memory")
-_subreaper = False
-
-
-def become_subreaper() -> bool:
-    """Make this (host) process a child subreaper, once. Returns whether it is one."""
-    global _subreaper
-    if not _subreaper:
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            _subreaper = libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
-        except (OSError, AttributeError):
-            _subreaper = False
-    return _subreaper
 
 
 def _own_cgroup(controller: str) -> Path | None:
@@ -177,12 +157,12 @@ class CgroupSet:
             return set()
 
     def kill_all(self, *, spare: frozenset[int] = frozenset(), timeout: float = 5.0) -> set[int]:
-        """Kill every member (but ``spare``) until none is left; return every pid to reap.
+        """Kill every member (but ``spare``) until none is left; return the pids killed.
 
         Each pass freezes the cgroups (nothing in them can fork, exit or run), lists the
-        members and the zombie children of the members (dead processes that are not
-        members any more, but will be re-parented to the host and must be reaped), sends
-        SIGKILL to the members, and thaws so that the kills land.
+        members, sends SIGKILL to them, and thaws so that the kills land; the zygote and
+        the runner (subreapers) reap them. A set that holds nothing but ``spare`` is
+        left alone: nothing in it could fork, so there is nothing to freeze.
         """
         members = self.pids() - spare
         if not members:
@@ -288,83 +268,5 @@ def kill_tree(root: int, timeout: float = 5.0) -> set[int]:
 def _alive(proc: psutil.Process) -> bool:
     try:
         return proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
-def zombie_children(parents: set[int]) -> set[int]:
-    """Zombies whose parent is one of ``parents``: to be reaped once re-parented to us."""
-    found: set[int] = set()
-    for proc in psutil.process_iter(["ppid", "status"]):
-        info = proc.info
-        if info["ppid"] in parents and info["status"] == psutil.STATUS_ZOMBIE:
-            found.add(proc.pid)
-    return found
-
-
-def dead_children(parent: int, timeout: float = 2.0) -> set[int]:
-    """Wait until every child of ``parent`` is a zombie (killing any that is not); list them.
-
-    After the run's processes are killed, the runner (their subreaper) holds every one of
-    them as a child. A process caught in the middle of exiting is neither a cgroup member
-    nor a zombie yet; this waits the milliseconds it needs, so that none is missed when
-    they all pass to the host to be reaped.
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            kids = psutil.Process(parent).children()
-        except psutil.Error:
-            return set()
-        alive = [kid for kid in kids if _alive(kid)]
-        if not alive or time.monotonic() > deadline:
-            return {kid.pid for kid in kids}
-        for kid in alive:
-            with contextlib.suppress(psutil.Error):
-                kid.kill()
-        time.sleep(0.001)
-
-
-def session_zombies(sid: int) -> set[int]:
-    """Zombie children of this (host) process whose session is ``sid``."""
-    found: set[int] = set()
-    for proc in psutil.Process().children():
-        try:
-            if proc.status() == psutil.STATUS_ZOMBIE and os.getsid(proc.pid) == sid:
-                found.add(proc.pid)
-        except (psutil.Error, OSError):
-            continue
-    return found
-
-
-def reap(pids: set[int], timeout: float = 5.0) -> set[int]:
-    """Reap those of ``pids`` that are (or become) our children. Returns the ones left.
-
-    Dead processes of a run are re-parented to the host (a subreaper) as their parents
-    die; each is reaped here so that none stays a zombie.
-    """
-    left = set(pids)
-    deadline = time.monotonic() + timeout
-    while left:
-        for pid in list(left):
-            try:
-                done, _ = os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                # Not our child (yet, or ever): gone if it no longer exists.
-                if not _exists(pid):
-                    left.discard(pid)
-                continue
-            if done:
-                left.discard(pid)
-        if not left or time.monotonic() > deadline:
-            break
-        time.sleep(0.002)
-    return left
-
-
-def _exists(pid: int) -> bool:
-    try:
-        proc = psutil.Process(pid)
-        return proc.status() != psutil.STATUS_ZOMBIE or proc.ppid() != os.getpid()
     except psutil.Error:
         return False

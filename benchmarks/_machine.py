@@ -1,0 +1,128 @@
+"""Machine facts every benchmark records beside its numbers.
+
+What a result depends on, so that a number can be read later and compared with another
+run's: the date, the command line, the interpreter and library versions, the kernel, the
+CPU (count and model), the load when the run started, and which source tree was measured
+(the git commit, the paths that differed from it, and a digest of every file the runs
+execute, since the working tree may be dirty while a benchmark runs).
+
+Shared by ``bench_wire``, ``bench_levels`` and ``study``; the keys are the ones
+``bench_wire`` and ``bench_levels`` have always written.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import importlib.metadata
+import os
+import platform
+import subprocess
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, Final
+
+__all__ = [
+    "DEFAULT_PACKAGES",
+    "ROOT",
+    "changed_sources",
+    "cpu_model",
+    "environment",
+    "git_head",
+    "source_digest",
+    "version",
+]
+
+ROOT: Final = Path(__file__).resolve().parent.parent
+
+#: The distributions whose versions every benchmark records.
+DEFAULT_PACKAGES: Final = ("anyio", "msgspec", "trio", "uvloop", "psutil")
+#: The packages whose sources the runs execute (what ``source_digest`` covers).
+MEASURED_PACKAGES: Final = ("protocol", "runner", "sandbox")
+
+
+def version(dist: str) -> str | None:
+    """The installed version of ``dist``, or None if it is not installed."""
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def cpu_model() -> str:
+    """The CPU's model name, from ``/proc/cpuinfo`` where there is one."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def environment(argv: list[str], extra_packages: Iterable[str] = ()) -> dict[str, Any]:
+    """What the numbers depend on: versions, machine, date, command line, load.
+
+    Args:
+        argv: the benchmark's own arguments (recorded as ``arguments``).
+        extra_packages: distributions to record beside :data:`DEFAULT_PACKAGES`.
+
+    Returns:
+        A JSON-ready dict; ``loadavg_at_start`` is the load average now.
+    """
+    uname = platform.uname()
+    packages = dict.fromkeys((*DEFAULT_PACKAGES, *extra_packages))
+    return {
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "command_line": list(sys.orig_argv),
+        "arguments": argv,
+        "python": sys.version,
+        "python_implementation": platform.python_implementation(),
+        "executable": sys.executable,
+        "versions": {name: version(name) for name in packages},
+        "platform": platform.platform(),
+        "kernel": uname.release,
+        "machine": uname.machine,
+        "cpu_count": os.cpu_count(),
+        "cpu_model": cpu_model(),
+        "loadavg_at_start": list(os.getloadavg()),
+    }
+
+
+def source_digest(root: Path = ROOT) -> dict[str, str]:
+    """A short sha256 of every source file the runs execute (the tree may be dirty)."""
+    out = {}
+    for package in MEASURED_PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            out[str(path.relative_to(root))] = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    return out
+
+
+def git_head(root: Path = ROOT) -> dict[str, Any]:
+    """The commit measured, the paths that differ from it, and :func:`source_digest`.
+
+    Returns:
+        ``{"commit": None}`` when git or the repository is not there.
+    """
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=root, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain"], capture_output=True, text=True, cwd=root, check=True
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return {"commit": None}
+    return {
+        "commit": head,
+        "dirty_paths": dirty.splitlines(),
+        "measured_sources": source_digest(root),
+    }
+
+
+def changed_sources(before: dict[str, str], root: Path = ROOT) -> list[str]:
+    """The measured source files whose digest differs from ``before`` (or appeared, or went)."""
+    after = source_digest(root)
+    return sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))

@@ -1,0 +1,279 @@
+"""The isolation-overhead study (``benchmarks/study.py``): a smoke run measures every cell
+and writes its JSON, plots and RESULTS.md; ``--render`` rebuilds the page from JSON alone.
+
+Nothing here asserts on speed: only that every number is there and sane.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from benchmarks import study
+
+CELLS = [
+    "in_process",
+    "process/cold",
+    "process/zygote",
+    "process/pool",
+    "confined/cold",
+    "confined/zygote",
+    "confined/pool",
+]
+TARGET_IDS = {
+    "confined_trivial_p50_ms",
+    "confined_trivial_p50_vs_bare_spawn",
+    "confined_sustained_runs_per_s",
+    "idle_process_child_uss_mb",
+    "idle_confined_child_uss_mb",
+    "failed_runs",
+}
+
+
+def _failed(doc: dict[str, Any], phase: str, cell: str) -> int:
+    """Failed samples listed for one phase and cell (warm-ups, numbered below 0, apart)."""
+    return sum(
+        1 for f in doc["failures"] if f["phase"] == phase and f["cell"] == cell and f["sample"] >= 0
+    )
+
+
+def _check_stats(stats: dict[str, Any]) -> None:
+    assert 0 < stats["p50"] <= stats["p90"] <= stats["p99"], stats
+
+
+def _check_latency(doc: dict[str, Any]) -> None:
+    lat, p = doc["latency"], doc["parameters"]
+    assert set(lat["cells"]) == {study.BARE, *CELLS}
+    for key, cell in lat["cells"].items():
+        n = sum(len(r) for r in cell["samples_ms"])
+        assert n + _failed(doc, "latency", key) == p["latency_rounds"] * p["latency_per_round"]
+        assert all(x > 0 for r in cell["samples_ms"] for x in r)
+        if n:
+            _check_stats(cell["stats"])
+            assert cell["stats"]["n"] == n
+        if key != study.BARE and n:
+            assert cell["ratio_to_bare_spawn"]["p50"] > 0
+
+
+def _check_sustained(doc: dict[str, Any]) -> None:
+    sus = doc["sustained"]
+    assert set(sus["cells"]) == {study.BARE, *CELLS}
+    for key, cell in sus["cells"].items():
+        assert cell["runs_per_s"] > 0, key
+        assert cell["runs"] == len(cell["samples_ms"]) > 0
+        _check_stats(cell["latency_under_load"])
+        assert cell["failed"] == _failed(doc, "sustained", key), key
+        assert cell["concurrency"] == sus["concurrency"] >= 1
+
+
+def _check_calls(doc: dict[str, Any]) -> None:
+    calls, rounds = doc["calls"], doc["parameters"]["call_rounds"]
+    assert set(calls["cells"]) == set(CELLS)
+    for name in study.RAW_BENCHES:
+        base = calls["baselines"][name]
+        assert len(base["samples_us"]) + _failed(doc, "calls", f"raw/{name}") == rounds
+        assert base["us"] is None or base["us"] > 0
+    for key, cell in calls["cells"].items():
+        for workload in ("seq", "pipe"):
+            values = cell[f"{workload}_samples_us"]
+            assert len(values) + _failed(doc, "calls", f"{key}/{workload}") == rounds
+            assert all(v > 0 for v in values)
+            assert (cell[f"{workload}_us"] is None) == (not values)
+        if cell["seq_us"] is not None and calls["baselines"]["seq"]["us"] is not None:
+            assert cell["seq_ratio_to_raw_seq"] > 0
+
+
+def _check_memory(doc: dict[str, Any]) -> None:
+    mem, runs = doc["memory"], doc["parameters"]["memory_runs"]
+    for level in ("process", "confined"):
+        idle = mem["idle"][level]
+        children = idle["children"]
+        assert len(children) + _failed(doc, "memory", f"idle/{level}") == mem["pool_size"]
+        if children:
+            summary = idle["summary"]
+            assert 0 < summary["uss_mb"]["mean"] <= summary["uss_mb"]["max"]
+            assert summary["pss_mb"]["mean"] > 0
+        for spawn in ("cold", "zygote"):
+            key = f"{level}/{spawn}"
+            samples = mem["in_run"][key]["samples"]
+            assert len(samples) + _failed(doc, "memory", f"in_run/{key}") == runs
+            assert all(x["uss"] > 0 and x["processes"] >= 1 for x in samples)
+    assert mem["zygote"]["uss"] > 0
+    assert mem["bare_interpreter"]["uss_mb"]["mean"] > 0
+
+
+def test_smoke_run_measures_every_cell(tmp_path: Path) -> None:
+    """A smoke run writes a JSON with every cell, sane numbers, every verdict and every
+    failed run accounted for, and the plots and RESULTS.md beside it; it leaves no process
+    behind."""
+    study.main(["--smoke", "--out", str(tmp_path)])
+
+    (json_path,) = tmp_path.glob("study-*-smoke.json")
+    doc = json.loads(json_path.read_text(encoding="utf-8"))
+    assert doc["study"] == "isolation-overhead"
+    assert doc["mode"] == "smoke"
+    env = doc["environment"]
+    for key in ("python", "kernel", "cpu_count", "cpu_model", "loadavg_at_start", "date"):
+        assert env[key], key
+    for package in ("anyio", "msgspec", "trio", "psutil"):
+        assert env["versions"][package], package
+    assert "commit" in env["git"]
+
+    _check_latency(doc)
+    _check_sustained(doc)
+    _check_calls(doc)
+    _check_memory(doc)
+
+    targets = {t["id"]: t for t in doc["targets"]}
+    assert set(targets) == TARGET_IDS
+    for t in targets.values():
+        assert t["verdict"] in ("PASS", "MISS")
+        assert t["comparison"] in ("<=", ">=")
+    # A failed run is the sandbox's to fix, not the study's: the study must count and list
+    # it, and flag it, which is what is checked here.
+    for failure in doc["failures"]:
+        assert set(failure) == {"phase", "cell", "sample", "error"}
+        assert failure["error"]
+    assert targets["failed_runs"]["measured"] == len(doc["failures"])
+    assert targets["failed_runs"]["verdict"] == ("MISS" if doc["failures"] else "PASS")
+    assert doc["processes_left_behind"] == []
+
+    pngs = sorted(p.name for p in tmp_path.glob("*.png"))
+    assert len(pngs) == 4
+    assert all((tmp_path / p).stat().st_size > 1000 for p in pngs)
+    page = (tmp_path / "RESULTS.md").read_text(encoding="utf-8")
+    assert "## Targets" in page
+    for png in pngs:
+        assert f"]({png})" in page
+
+
+def _stats(p50: float) -> dict[str, float]:
+    return {"p50": p50, "p90": p50 * 1.2, "p99": p50 * 1.5, "mean": p50 * 1.1, "n": 3}
+
+
+def _memory_summary(uss: float) -> dict[str, Any]:
+    return {
+        "n": 2,
+        "uss_mb": {"mean": uss, "max": uss, "min": uss},
+        "pss_mb": {"mean": uss * 2, "max": uss * 2, "min": uss * 2},
+        "processes": [1],
+    }
+
+
+def _hand_written() -> dict[str, Any]:
+    """A small study document: two cells and a baseline, one target met and one missed."""
+    return {
+        "study": "isolation-overhead",
+        "schema": 1,
+        "mode": "full",
+        "environment": {
+            "date": "2030-01-02T03:04:05+00:00",
+            "cpu_count": 2,
+            "cpu_model": "Test CPU",
+            "python": "3.11.7 (main)",
+            "versions": {"anyio": "4.0"},
+            "git": {"commit": "0123456789abcdef"},
+            "command_line": ["python", "-m", "benchmarks.study"],
+        },
+        "parameters": {"concurrency": 4, "backend": "asyncio"},
+        "latency": {
+            "cells": {
+                "bare_spawn": {"stats": _stats(8.0), "per_round_p50_ms": [8.0]},
+                "confined/pool": {
+                    "stats": _stats(12.5),
+                    "ratio_to_bare_spawn": {"p50": 1.5625, "p99": 1.5},
+                },
+            }
+        },
+        "sustained": {
+            "concurrency": 4,
+            "duration_s": 5.0,
+            "cells": {
+                "bare_spawn": {"runs": 700, "failed": 0, "runs_per_s": 140.0},
+                "confined/pool": {
+                    "runs": 400,
+                    "failed": 0,
+                    "runs_per_s": 80.0,
+                    "ratio_to_bare_spawn": 0.571,
+                },
+            },
+        },
+        "calls": {
+            "runs_per_cell": 1,
+            "baselines": {"seq": {"us": 15.0}, "pipe_raw": {"us": 7.0}},
+            "cells": {
+                "confined/pool": {
+                    "seq_us": 40.0,
+                    "pipe_us": 30.0,
+                    "seq_ratio_to_raw_seq": 2.67,
+                    "pipe_ratio_to_raw_pipe_raw": 4.29,
+                    "pipe_ratio_to_raw_pipe_gather": None,
+                }
+            },
+        },
+        "memory": {
+            "pool_size": 2,
+            "idle": {"confined": {"summary": _memory_summary(3.1)}},
+            "in_run": {},
+            "bare_interpreter": {"n": 1, **_memory_summary(2.6)},
+            "zygote": {"uss": 1_700_000, "pss": 3_400_000},
+        },
+        "targets": [
+            {
+                "id": "confined_trivial_p50_ms",
+                "description": "confined p50 through the pool",
+                "measured": 12.5,
+                "threshold": 3.0,
+                "comparison": "<=",
+                "unit": "ms",
+                "verdict": "MISS",
+                "detail": "best: confined/pool",
+            },
+            {
+                "id": "idle_confined_child_uss_mb",
+                "description": "USS per idle warm confined child",
+                "measured": 3.1,
+                "threshold": 4.0,
+                "comparison": "<=",
+                "unit": "MB",
+                "verdict": "PASS",
+                "detail": "",
+            },
+        ],
+        "failures": [],
+        "processes_left_behind": [],
+    }
+
+
+def test_render_from_json_alone(tmp_path: Path) -> None:
+    """``--render`` of a hand-written JSON writes RESULTS.md with every table, the missed
+    target marked MISS and the met one PASS, and the plots it links to."""
+    json_path = tmp_path / "study-2030-01-02.json"
+    json_path.write_text(json.dumps(_hand_written()), encoding="utf-8")
+    out = tmp_path / "out"
+
+    study.main(["--render", str(json_path), "--out", str(out)])
+
+    page = (out / "RESULTS.md").read_text(encoding="utf-8")
+    lines = page.splitlines()
+    (missed,) = [ln for ln in lines if ln.startswith("| confined p50 through the pool |")]
+    assert "**MISS**" in missed
+    assert "12.5 ms" in missed
+    (met,) = [ln for ln in lines if ln.startswith("| USS per idle warm confined child |")]
+    assert "**PASS**" in met
+    for header in (
+        "## Targets",
+        "| cell | n | p50 | p90 | p99 |",
+        "| cell | runs | failed | runs/s |",
+        "| cell | sequential µs |",
+        "| what | n | processes each | USS mean |",
+        "## Machine and versions",
+    ):
+        assert header in page, header
+    assert any(ln.startswith("| confined / pool | 3 | 12.5 |") for ln in lines)
+    assert "0123456789ab" in page
+    pngs = sorted(p.name for p in out.glob("*.png"))
+    assert pngs == [f"study-2030-01-02-{name}.png" for name in sorted(study.PLOTS)]
+    for png in pngs:
+        assert f"]({png})" in page
