@@ -17,10 +17,10 @@ from .conftest import run_cgroups, run_dirs, run_processes
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("spawn")]
 
 #: Runs in a row, per spawn mode (a cold run starts Python: fewer of those).
-RUNS = {Spawn.COLD: 200, Spawn.ZYGOTE: 500, Spawn.POOL: 500}
+RUNS = {Spawn.COLD: 100, Spawn.ZYGOTE: 300, Spawn.POOL: 300}
 WARM_UP = 5
 #: How long the host lets a program run before it cancels it: far past start-up.
-CANCEL_AFTER = 2.0
+CANCEL_AFTER = 1.0
 
 
 def echo(n: int) -> int:
