@@ -41,7 +41,6 @@ runner and everything under them, removes their working directories and cgroups,
 
 from __future__ import annotations
 
-import array
 import contextlib
 import errno
 import os
@@ -167,7 +166,7 @@ def _send(sock: socket.socket, report: Report, fds: Sequence[int] = ()) -> None:
     data = msgspec.json.encode(report)
     try:
         if fds:
-            sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+            socket.send_fds(sock, [data], list(fds))
         else:
             sock.send(data)
     except OSError:
@@ -238,19 +237,11 @@ class _Zygote:
     def _receive(self) -> bool:
         """Handle one request; False once the control channel is at EOF (or broken)."""
         try:
-            data, ancdata, _, _ = self.control.recvmsg(
-                _MAX_MESSAGE, socket.CMSG_SPACE(len(FD_NAMES) * 4)
-            )
+            data, fds, _, _ = socket.recv_fds(self.control, _MAX_MESSAGE, len(FD_NAMES))
         except InterruptedError:
             return True
         except OSError:
             return False
-        fds: list[int] = []
-        for level, kind, payload in ancdata:
-            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                arr = array.array("i")
-                arr.frombytes(payload[: len(payload) - len(payload) % arr.itemsize])
-                fds.extend(arr)
         if not data:
             for fd in fds:
                 os.close(fd)

@@ -33,7 +33,6 @@ next request starts a new pair; a run whose exit status was lost says so (no exi
 
 from __future__ import annotations
 
-import array
 import atexit
 import contextlib
 import fcntl
@@ -189,10 +188,7 @@ class _Zygote:
         Raises:
             OSError: the zygote is gone or not reading.
         """
-        data = msgspec.json.encode(request)
-        self.control.sendmsg(
-            [data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))]
-        )
+        socket.send_fds(self.control, [msgspec.json.encode(request)], fds)
 
     def kill(self) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -324,6 +320,7 @@ class Child:
             self.release()
             raise SpawnFailed(f"cannot prepare the run: {exc}") from exc
         self.report = mine
+        mine.setblocking(False)  # read only when there is something to read
         # Pairs (read end, write end): start down, start up, call down, call up, out, err,
         # and the ready pipe; which end is the child's follows FD_NAMES.
         down_s, up_s, down_c, up_c, out, err = zip(self._parent_fds, self._child_fds, strict=True)
@@ -388,19 +385,12 @@ class Child:
         """Read what the zygote has reported, without waiting."""
         while self.exited is None and not self.zygote_lost:
             try:
-                data, ancdata, _, _ = self.report.recvmsg(
-                    4096, socket.CMSG_SPACE(4), socket.MSG_DONTWAIT
-                )
+                # (The socket is non-blocking: Python 3.11's recv_fds drops its flags.)
+                data, received, _, _ = socket.recv_fds(self.report, 4096, 1)
             except BlockingIOError:
                 return
             except OSError:
-                data, ancdata = b"", []
-            received: list[int] = []
-            for level, kind, payload in ancdata:
-                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                    fds = array.array("i")
-                    fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
-                    received.extend(fds)
+                data, received = b"", []
             pidfd = received.pop(0) if received else None
             for fd in received:
                 os.close(fd)
