@@ -30,10 +30,12 @@ request the zygote forks once. In the child, before anything of the run arrives,
 * ``cold``: executes a fresh ``python -I -S`` runner with the same descriptors instead:
   the reference point that shows what the warm path saves.
 
-In the zygote, the report socket gets ``forked`` (with a pidfd of the runner attached)
+In the zygote, the report socket gets ``forked`` (with a pidfd of the child attached);
+for a confined child, ``moved`` (with a pidfd) once the child has forked PID 1 of its
+namespace and exited, leaving PID 1, the same session, to the zygote as the run's runner;
 and, once the zygote has reaped the runner, ``exited`` with its wait status and resource
-usage; then it is closed. A runner's own orphans, and processes left behind when a runner
-dies, come up to the zygote (its subreaper) and are killed on sight.
+usage, after which it is closed. Processes a dead runner leaves behind come up to the
+zygote (its subreaper) and are killed on sight.
 
 When the control channel reaches EOF (the host closed it, or died), the zygote kills every
 runner and everything under them, removes their working directories and cgroups, and exits.
