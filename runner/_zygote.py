@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import glob
 import os
 import select
 import shutil
@@ -59,6 +60,12 @@ import msgspec
 
 __all__ = ["FD_NAMES", "Exited", "ForkRequest", "Forked", "Moved", "main"]
 
+#: How the host names what it makes for a run: ``<tmp>/sandbox-run-<host pid>-...`` working
+#: directories and ``run-<host pid>-...`` cgroups. With the host's pid in the name, the
+#: zygote can sweep, when the host dies, even what the host made for a request it never
+#: got to send.
+WORKDIR_PREFIX: Final = "sandbox-run-"
+CGROUP_PREFIX: Final = "run-"
 #: The descriptors that come with a request, in this order.
 FD_NAMES: Final = ("start_r", "start_w", "call_r", "call_w", "out_w", "err_w", "ready_w", "report")
 #: Where the run's channels and ready pipe land in the child (0, 1, 2 are its stdio).
@@ -207,9 +214,12 @@ class _Runner:
 
 
 class _Zygote:
-    def __init__(self, control: socket.socket) -> None:
+    def __init__(self, control: socket.socket, host: int) -> None:
         self.control = control
+        self.host = host
         self.runners: dict[int, _Runner] = {}
+        #: Where the host's runs live: temporary directories and cgroup parents seen.
+        self.places: set[str] = set()
         self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
 
     def serve(self) -> NoReturn:
@@ -294,6 +304,8 @@ class _Zygote:
             _send(report, Forked(pid), [pidfd])
             os.close(pidfd)
         self.runners[pid] = _Runner(report, request)
+        self.places.add(os.path.dirname(request.workdir))
+        self.places.update(os.path.dirname(os.path.dirname(p)) for p in request.cgroups)
 
     def _reap(self) -> None:
         """Reap every dead child; then report the runners among them.
@@ -372,6 +384,15 @@ class _Zygote:
             for procs in runner.cgroups:
                 with contextlib.suppress(OSError):
                     os.rmdir(os.path.dirname(procs))
+        # What the host made for requests it never sent (it died in between).
+        for place in self.places:
+            for prefix in (WORKDIR_PREFIX, CGROUP_PREFIX):
+                for path in glob.glob(os.path.join(glob.escape(place), f"{prefix}{self.host}-*")):
+                    if prefix == WORKDIR_PREFIX:
+                        shutil.rmtree(path, ignore_errors=True)
+                    else:
+                        with contextlib.suppress(OSError):
+                            os.rmdir(path)  # empty: nothing ever joined it
         os._exit(0)
 
 
@@ -448,7 +469,7 @@ def _keeper(control: socket.socket, host: int) -> NoReturn:
         os.close(host_fd)
         _prepare()
         _prctl_subreaper()
-        _Zygote(control).serve()
+        _Zygote(control, host).serve()
     control.close()
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)

@@ -59,12 +59,22 @@ from typing import Final, Self
 import anyio
 import msgspec
 
-from runner._zygote import FD_NAMES, Exited, Failed, Forked, ForkRequest, Moved, report_decoder
+from runner._zygote import (
+    CGROUP_PREFIX,
+    FD_NAMES,
+    WORKDIR_PREFIX,
+    Exited,
+    Failed,
+    Forked,
+    ForkRequest,
+    Moved,
+    report_decoder,
+)
 
 from ._errors import SpawnFailed
 from ._reaper import CgroupSet
 
-__all__ = ["Child", "Pool", "Spawn", "acquire", "shutdown", "zygote_pid"]
+__all__ = ["WORKDIR_PREFIX", "Child", "Pool", "Spawn", "acquire", "shutdown", "zygote_pid"]
 
 _ROOT: Final = Path(__file__).resolve().parent.parent
 _MSGSPEC_DIR: Final = Path(msgspec.__file__).resolve().parent.parent
@@ -82,9 +92,6 @@ _PIPE_BYTES: Final = 1 << 20
 _ZYGOTE_TIMEOUT: Final = 30.0
 #: How long a child may take, once forked, to be ready (a cold child starts Python).
 _READY_TIMEOUT: Final = 60.0
-#: The prefix of every run's working directory; the host's pid follows it, so that the
-#: runs of one host can be told from another's.
-WORKDIR_PREFIX: Final = "sandbox-run-"
 
 
 class Spawn(StrEnum):
@@ -307,7 +314,7 @@ class Child:
         try:
             if use_cgroups:
                 self.cgroups = CgroupSet.create(
-                    f"run-{os.getpid()}-{self.run_id}", memory=None, pids=None
+                    f"{CGROUP_PREFIX}{os.getpid()}-{self.run_id}", memory=None, pids=None
                 )
             for _ in range(6):
                 r, w = os.pipe2(os.O_CLOEXEC)

@@ -12,6 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from runner._zygote import CGROUP_PREFIX
 from sandbox import Pool, Spawn, _api, _supervisor
 from sandbox._reaper import _CONTROLLERS, _base
 
@@ -86,7 +87,7 @@ def run_cgroups() -> set[Path]:
     for controller in _CONTROLLERS:
         base = _base(controller)
         if base is not None and base.is_dir():
-            found.update(base.glob(f"run-{os.getpid()}-*"))
+            found.update(base.glob(f"{CGROUP_PREFIX}{os.getpid()}-*"))
     held = {
         path
         for child in _idle_children()

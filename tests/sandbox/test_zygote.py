@@ -125,11 +125,17 @@ async def test_pool_and_spawn_arguments_are_checked() -> None:
 
 HOST = textwrap.dedent(
     """
-    import os, sys, anyio, sandbox
+    import os, sys, tempfile, anyio, sandbox
+    from sandbox._levels import cgroups_usable
+    from sandbox._reaper import CgroupSet
     async def main():
         pool = sandbox.Pool(size=2)
         assert (await sandbox.run("1", spawn=pool)).ok
         pool.wait_full(30)
+        # What the host makes for a child just before it asks the zygote for it.
+        tempfile.mkdtemp(prefix=f"sandbox-run-{os.getpid()}-")
+        if cgroups_usable():
+            CgroupSet.create(f"run-{os.getpid()}-never-sent", memory=None, pids=None)
         def started():
             print(os.getpid(), flush=True)
         await sandbox.run("host.started()\\nimport time\\ntime.sleep(600)", tools=[started],
@@ -141,8 +147,9 @@ HOST = textwrap.dedent(
 
 @pytest.mark.parametrize("level", CHILD_LEVELS)
 def test_a_host_killed_outright_leaves_nothing(level: Level, spawn: Spawn) -> None:
-    """SIGKILL the host mid-run: its zygote ends the run and the idle children and removes
-    their directories and cgroups, and its keeper exits."""
+    """SIGKILL the host mid-run: its zygote ends the run and the idle children, removes
+    their directories and cgroups (and those the host made for a request it never sent),
+    and its keeper exits."""
     with tempfile.TemporaryDirectory() as tmp:
         env = {**os.environ, "TMPDIR": tmp}
         root = Path(__file__).resolve().parents[2]
