@@ -293,6 +293,11 @@ class Child:
     """One run's child: what the host holds of it, from the request to its reaping."""
 
     def __init__(self, *, confined: bool, use_cgroups: bool) -> None:
+        """Make the run's working directory, cgroups (no limits yet) and pipes.
+
+        Raises:
+            SpawnFailed: they could not be made (nothing is left behind).
+        """
         self.confined = confined
         self.run_id = uuid.uuid4().hex[:16]
         self.workdir = tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-")
@@ -309,34 +314,34 @@ class Child:
         self._ready: bytes | None = None
         self._mine: list[int] = []
         self._theirs: list[int] = []
-        self._parent_fds: list[int] = []
-        self._child_fds: list[int] = []
+        reads: list[int] = []  # the read ends of the run's seven pipes
+        writes: list[int] = []  # and their write ends, in the same order
         try:
             if use_cgroups:
                 self.cgroups = CgroupSet.create(
                     f"{CGROUP_PREFIX}{os.getpid()}-{self.run_id}", memory=None, pids=None
                 )
-            for _ in range(6):
+            for _ in range(7):
                 r, w = os.pipe2(os.O_CLOEXEC)
-                self._parent_fds.append(r)
-                self._child_fds.append(w)
+                reads.append(r)
+                writes.append(w)
             mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         except OSError as exc:
-            for fd in (*self._parent_fds, *self._child_fds):
+            for fd in (*reads, *writes):
                 os.close(fd)
             self.release()
             raise SpawnFailed(f"cannot prepare the run: {exc}") from exc
         self.report = mine
         mine.setblocking(False)  # read only when there is something to read
-        # Pairs (read end, write end): start down, start up, call down, call up, out, err,
-        # and the ready pipe; which end is the child's follows FD_NAMES.
-        down_s, up_s, down_c, up_c, out, err = zip(self._parent_fds, self._child_fds, strict=True)
+        # Pipes as (read end, write end): start down, start up, call down, call up, stdout,
+        # stderr, ready. Which end is the child's follows FD_NAMES.
+        down_s, up_s, down_c, up_c, out, err, ready = zip(reads, writes, strict=True)
         for write_end in (up_c[1], down_c[1]):
             # A 1 MiB pipe moves a large result in 16 reads, not 256 (PERF-NOTES); best
             # effort, as pipe-max-size may forbid it.
             with contextlib.suppress(OSError):
                 fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
-        ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
+        ready_r, ready_w = ready
         self.start_fds = (up_s[0], down_s[1])  # we read the child's up, write its down
         self.call_fds = (up_c[0], down_c[1])
         self.out_fd = out[0]
