@@ -166,6 +166,23 @@ FILTERED: Final[tuple[tuple[str, str], ...]] = (
 # the generic table. Numbers from 424 up are the same on every architecture. Checked against
 # the headers of Linux 6.1 (tests/runner/test_seccomp.py repeats the check when they are
 # installed). A name missing from a table does not exist on that architecture.
+#: System calls added since Linux 5.1 have one number on every architecture.
+_UNIFIED: Final[Mapping[str, int]] = {
+    "io_uring_setup": 425,
+    "io_uring_enter": 426,
+    "io_uring_register": 427,
+    "open_tree": 428,
+    "move_mount": 429,
+    "fsopen": 430,
+    "fsconfig": 431,
+    "fsmount": 432,
+    "fspick": 433,
+    "clone3": 435,
+    "pidfd_getfd": 438,
+    "process_madvise": 440,
+    "mount_setattr": 442,
+    "quotactl_fd": 443,
+}
 _X86_64: Final[Mapping[str, int]] = {
     "ioctl": 16,
     "clone": 56,
@@ -214,20 +231,7 @@ _X86_64: Final[Mapping[str, int]] = {
     "kexec_file_load": 320,
     "bpf": 321,
     "userfaultfd": 323,
-    "io_uring_setup": 425,
-    "io_uring_enter": 426,
-    "io_uring_register": 427,
-    "open_tree": 428,
-    "move_mount": 429,
-    "fsopen": 430,
-    "fsconfig": 431,
-    "fsmount": 432,
-    "fspick": 433,
-    "clone3": 435,
-    "pidfd_getfd": 438,
-    "process_madvise": 440,
-    "mount_setattr": 442,
-    "quotactl_fd": 443,
+    **_UNIFIED,
 }
 _AARCH64: Final[Mapping[str, int]] = {
     "lookup_dcookie": 18,
@@ -274,20 +278,7 @@ _AARCH64: Final[Mapping[str, int]] = {
     "bpf": 280,
     "userfaultfd": 282,
     "kexec_file_load": 294,
-    "io_uring_setup": 425,
-    "io_uring_enter": 426,
-    "io_uring_register": 427,
-    "open_tree": 428,
-    "move_mount": 429,
-    "fsopen": 430,
-    "fsconfig": 431,
-    "fsmount": 432,
-    "fspick": 433,
-    "clone3": 435,
-    "pidfd_getfd": 438,
-    "process_madvise": 440,
-    "mount_setattr": 442,
-    "quotactl_fd": 443,
+    **_UNIFIED,
 }
 _TABLES: Final[Mapping[str, Mapping[str, int]]] = {"x86_64": _X86_64, "aarch64": _AARCH64}
 
