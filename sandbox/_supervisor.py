@@ -49,7 +49,6 @@ import tempfile
 import threading
 import time
 import uuid
-import weakref
 from collections import deque
 from collections.abc import Callable
 from enum import StrEnum
@@ -219,8 +218,9 @@ class _Zygote:
 
 
 _lock = threading.Lock()
-#: Every pool not yet garbage: closed at exit, so that no idle child outlives the host.
-_pools: weakref.WeakSet[Pool] = weakref.WeakSet()
+#: Every pool not yet closed, held until it is (a pool dropped without closing keeps its
+#: idle children until exit, when it is closed with the others): none outlives the host.
+_pools: set[Pool] = set()
 _current: _Zygote | None = None
 _retired: list[_Zygote] = []
 
@@ -679,6 +679,7 @@ class Pool:
             self._closed = True
             children = [child for idle in self._idle.values() for child in idle]
             self._idle.clear()
+        _pools.discard(self)
         for child in children:
             child.discard()
 
