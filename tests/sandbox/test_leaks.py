@@ -134,3 +134,25 @@ async def test_a_run_leaves_no_orphan_of_another_subprocess_a_zombie() -> None:
     finally:
         with contextlib.suppress(ChildProcessError):  # ours after all: reap it
             os.waitpid(orphan, os.WNOHANG)  # noqa: ASYNC222 (WNOHANG never blocks)
+
+
+ORPHANS = (
+    "import os, time\n"
+    "pid = os.fork()\n"
+    "if pid == 0:\n"
+    "    os.setsid()\n"
+    "    if os.fork() == 0:\n"
+    "        time.sleep(600)\n"
+    "    os._exit(0)\n"
+    "os.waitpid(pid, 0)\n"
+    "'done'\n"
+)
+
+
+async def test_without_cgroups_the_process_tree_is_killed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a host without cgroups the runner lingers as the subreaper of what the program
+    left, and the host kills that tree: a grandchild in a session of its own is gone too."""
+    monkeypatch.setattr(sandbox._api, "cgroups_usable", lambda: False)
+    result = await sandbox.run(ORPHANS, budget=Budget(wall_clock=30.0))
+    assert (result.ok, result.value) == (True, "done"), result.error
+    assert run_processes() == []
