@@ -410,8 +410,8 @@ def _child(request: ForkRequest, fds: list[int], control: int) -> NoReturn:
         start_r, start_w, call_r, call_w, out_w, err_w, ready_w = fds
         null = os.open("/dev/null", os.O_RDWR)
         # Out of the way of 0-7 first, then into place.
-        high = [fcntl_dup(fd) for fd in (null, out_w, err_w, start_r, start_w, call_r, call_w)]
-        ready_high = fcntl_dup(ready_w)
+        high = [_dup_high(fd) for fd in (null, out_w, err_w, start_r, start_w, call_r, call_w)]
+        ready_high = _dup_high(ready_w)
         for fd in (*fds, null):
             os.close(fd)
         for target, fd in enumerate(high):
@@ -452,7 +452,8 @@ def _child(request: ForkRequest, fds: list[int], control: int) -> NoReturn:
     os._exit(status)
 
 
-def fcntl_dup(fd: int) -> int:
+def _dup_high(fd: int) -> int:
+    """A close-on-exec copy of ``fd`` at 64 or above, out of the way of 0-7."""
     import fcntl
 
     return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 64)

@@ -37,6 +37,7 @@ import atexit
 import contextlib
 import fcntl
 import functools
+import math
 import os
 import queue
 import select
@@ -435,10 +436,7 @@ class Child:
         Raises:
             SpawnFailed: the zygote never made the child.
         """
-        with anyio.move_on_after(min(seconds, _ZYGOTE_TIMEOUT)):
-            while self.pid is None and not self.zygote_lost:
-                await anyio.wait_readable(self.report)
-                self.poll_report()
+        await self._reported(lambda: self.pid is not None, min(seconds, _ZYGOTE_TIMEOUT))
         if self.pid is None:
             if self.failure is None and not self.zygote_lost:
                 # The zygote took the request and never answered: it is wedged.
@@ -464,10 +462,9 @@ class Child:
                 return None
             # A confined child's runner is PID 1 of its namespace, which the zygote reports
             # once the child that forked it has exited.
-            with anyio.move_on_after(min(seconds, _ZYGOTE_TIMEOUT)):
-                while not (self.moved or self.exited is not None or self.zygote_lost):
-                    await anyio.wait_readable(self.report)
-                    self.poll_report()
+            await self._reported(
+                lambda: self.moved or self.exited is not None, min(seconds, _ZYGOTE_TIMEOUT)
+            )
             if self.moved:
                 return None
             return "the child's PID 1 was not reported by the zygote"
@@ -478,6 +475,13 @@ class Child:
             if self._ready == b""
             else "the child was not ready in time"
         )
+
+    async def _reported(self, done: Callable[[], bool], seconds: float) -> None:
+        """Read the zygote's reports until ``done()``, the zygote is lost, or ``seconds``."""
+        with anyio.move_on_after(seconds):
+            while not done() and not self.zygote_lost:
+                await anyio.wait_readable(self.report)
+                self.poll_report()
 
     def ready_now(self) -> bool | None:
         """Without waiting: True if ready, False if it failed or died, None if not known yet."""
@@ -513,14 +517,11 @@ class Child:
         that the runner has exited, and the status stays unknown.
         """
         with anyio.move_on_after(seconds):
-            while self.exited is None:
-                if self.zygote_lost:
-                    if self.pidfd is None:
-                        return True
+            await self._reported(lambda: self.exited is not None, math.inf)
+            if self.exited is None:  # the zygote is lost: only the pidfd can tell
+                if self.pidfd is not None:
                     await anyio.wait_readable(self.pidfd)
-                    return True
-                await anyio.wait_readable(self.report)
-                self.poll_report()
+                return True
         return self.exited is not None or self.exit_seen()
 
     def hand_over(self) -> None:
@@ -542,25 +543,28 @@ class Child:
                 os.close(fd)
         self._theirs = []
         self.close_channels()
-        if self.pid is None and not self.zygote_lost and hasattr(self, "report"):
+        if hasattr(self, "report"):
             # Requested: the report of the fork may still be on its way.
-            deadline = time.monotonic() + 2.0
-            while self.pid is None and not self.zygote_lost and time.monotonic() < deadline:
-                select.select([self.report], [], [], 0.05)
-                self.poll_report()
-        if self.pid is not None:
-            deadline = time.monotonic() + 2.0
-            while not self.exit_seen() and time.monotonic() < deadline:
-                waits = [self.report.fileno()] if not self.zygote_lost else []
-                if self.zygote_lost and self.pidfd is not None:
-                    waits = [self.pidfd]
-                select.select(waits, [], [], 0.05)
-            if not self.exit_seen():
-                self.kill()
-                deadline = time.monotonic() + 5.0
-                while not self.exit_seen() and time.monotonic() < deadline:
-                    select.select([self.pidfd] if self.pidfd is not None else [], [], [], 0.05)
+            self._block_until(lambda: self.pid is not None or self.zygote_lost, 2.0)
+        if self.pid is not None and not self._block_until(self.exit_seen, 2.0):
+            self.kill()
+            self._block_until(self.exit_seen, 5.0)
         self.release()
+
+    def _block_until(self, done: Callable[[], bool], seconds: float) -> bool:
+        """Wait (blocking) for ``done()``, waking on the zygote's reports or, once the
+        zygote is lost, on the runner's pidfd; False if ``seconds`` passed first."""
+        deadline = time.monotonic() + seconds
+        while not done():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            if not self.zygote_lost:
+                select.select([self.report], [], [], min(left, 0.05))
+                self.poll_report()
+            else:
+                select.select([] if self.pidfd is None else [self.pidfd], [], [], min(left, 0.05))
+        return True
 
     def kill(self) -> None:
         if self.pidfd is not None:
@@ -591,11 +595,11 @@ class Child:
 class Pool:
     """Warm children forked ahead of demand, ``size`` per level, each for one run only.
 
-    Use as ``spawn=`` in :func:`sandbox.run`. The pool is kept full without a task: each
-    run that takes a child asks the zygote for a replacement at once, and the zygote forks
-    it while the run goes on. Close the pool (or use it as a context manager) to end the
-    idle children and remove their working directories and cgroups; the process-wide
-    default pool (``spawn="pool"``) is closed at exit.
+    Use as ``spawn=`` in :func:`sandbox.run`. The pool is kept full without a task: once a
+    run that took a child is over, one background thread asks the zygote for the
+    replacement, so that neither its fork nor its walls compete with a run. Close the
+    pool (or use it as a context manager) to end the idle children and remove their
+    working directories and cgroups; every pool still open is closed at exit.
 
     Idle children hold memory (:mod:`benchmarks` measures it) and, with cgroups, a set of
     empty cgroups each; they run nothing until a Start arrives.
@@ -738,18 +742,21 @@ async def acquire(spawn: Spawn | Pool, *, confined: bool, use_cgroups: bool) -> 
     Raises:
         SpawnFailed: the child could not be requested.
     """
+    get: Callable[[], Child]
     if isinstance(spawn, Pool) or spawn is Spawn.POOL:
         pool = spawn if isinstance(spawn, Pool) else default_pool()
-        if needs_start():
-            return await anyio.to_thread.run_sync(
-                lambda: pool.take(confined=confined, use_cgroups=use_cgroups)
-            )
-        return pool.take(confined=confined, use_cgroups=use_cgroups)
-    child = Child(confined=confined, use_cgroups=use_cgroups)
-    if needs_start():  # starting the zygote takes a Python start-up: not on the loop
-        await anyio.to_thread.run_sync(lambda: child.request(mode=spawn, start_timeout=60.0))
+        get = functools.partial(pool.take, confined=confined, use_cgroups=use_cgroups)
     else:
-        child.request(mode=spawn, start_timeout=60.0)
+        get = functools.partial(_requested, spawn, confined=confined, use_cgroups=use_cgroups)
+    if needs_start():  # starting the zygote takes a Python start-up: not on the loop
+        return await anyio.to_thread.run_sync(get)
+    return get()
+
+
+def _requested(spawn: Spawn, *, confined: bool, use_cgroups: bool) -> Child:
+    """A new child, requested from the zygote (a cold or a warm one)."""
+    child = Child(confined=confined, use_cgroups=use_cgroups)
+    child.request(mode=spawn, start_timeout=60.0)
     return child
 
 
