@@ -48,7 +48,7 @@ class Tool:
         ToolError: the name is not an identifier, or the function takes ``*args``.
     """
 
-    __slots__ = ("_sig", "description", "fn", "inline", "is_async", "name", "signature")
+    __slots__ = ("_sig", "description", "fn", "inline", "is_async", "name", "relay", "signature")
 
     def __init__(
         self,
@@ -59,20 +59,45 @@ class Tool:
         inline: bool = False,
     ) -> None:
         self.fn = fn
-        self.name: str = name or str(getattr(fn, "__name__", ""))
-        if not self.name.isidentifier() or keyword.iskeyword(self.name):
-            raise ToolError(f"tool name {self.name!r} is not a Python identifier")
+        self.relay = False
+        self.name: str = _checked_name(name or str(getattr(fn, "__name__", "")))
         doc = inspect.getdoc(fn) or ""
         self.description = description if description is not None else doc.split("\n", 1)[0]
         self.is_async = inspect.iscoroutinefunction(fn)
         self.inline = inline
-        self._sig = inspect.signature(fn)
+        self._sig: inspect.Signature | None = inspect.signature(fn)
         params = []
-        for p in self._sig.parameters.values():
+        for p in inspect.signature(fn).parameters.values():
             if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
                 raise ToolError(f"tool {self.name!r}: *args and **kwargs cannot be bound")
             params.append(p.name if p.default is p.empty else f"{p.name}={p.default!r}")
         self.signature = f"{self.name}({', '.join(params)})"
+
+    @classmethod
+    def relayed(
+        cls,
+        name: str,
+        handler: Callable[[dict[str, Any]], Awaitable[Any]],
+        *,
+        signature: str,
+        description: str = "",
+    ) -> Tool:
+        """A tool that hands each call's arguments, as one dict, to ``handler`` unchecked:
+        for tools that live elsewhere and check their own input (the execution plane's).
+
+        Raises:
+            ToolError: the name is not an identifier.
+        """
+        self = cls.__new__(cls)
+        self.fn = handler
+        self.relay = True
+        self.name = _checked_name(name)
+        self.description = description
+        self.is_async = True
+        self.inline = False
+        self._sig = None
+        self.signature = signature
+        return self
 
     def binding(self) -> StartBinding:
         """How the program sees this tool (name and call shape, never the code)."""
@@ -80,6 +105,12 @@ class Tool:
 
     def __repr__(self) -> str:
         return f"Tool({self.signature})"
+
+
+def _checked_name(name: str) -> str:
+    if not name.isidentifier() or keyword.iskeyword(name):
+        raise ToolError(f"tool name {name!r} is not a Python identifier")
+    return name
 
 
 def tool(
@@ -170,6 +201,8 @@ def _encode(t: Tool, value: Any) -> str:
 
 
 def _check_args(t: Tool, kwargs: dict[str, Any]) -> None:
+    if t._sig is None:
+        return
     try:
         t._sig.bind(**kwargs)
     except TypeError as exc:
@@ -204,5 +237,5 @@ async def _run_thread(t: Tool, kwargs: dict[str, Any]) -> str:
 async def _run_async(t: Tool, kwargs: dict[str, Any]) -> str:
     _check_args(t, kwargs)
     with _raised_as_call_error(t):
-        value = await t.fn(**kwargs)
+        value = await (t.fn(kwargs) if t.relay else t.fn(**kwargs))
     return _encode(t, value)

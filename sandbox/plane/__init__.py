@@ -1,0 +1,96 @@
+"""The execution plane: tools with claims, the executor that runs them, and a session's view.
+
+A session decides on a tool call (its policy, its record) and an *executor* carries it out,
+here (:class:`InProcess`) or in another process or machine over MCP (:class:`Remote`,
+served by ``sandbox serve``). Each tool has a definition, behaviour hints, and two optional
+claims read per call before it runs: its :class:`Facts` (what the call would touch) and its
+:class:`Replay` (whether it may run again). The sandbox itself is a tool
+(:class:`ProgramTool`), whose programs call the executor's other tools as ``host.<name>``,
+each such call decided by the session's policy as a direct call is (:class:`Set`).
+"""
+
+from __future__ import annotations
+
+from ._errors import (
+    BadCapability,
+    CallLost,
+    Changed,
+    DuplicateTool,
+    ExecutorClosed,
+    FactsMismatch,
+    FactsUnavailable,
+    NoCapability,
+    NotAnExecutor,
+    PlaneError,
+    Refused,
+    ToolMismatch,
+    ToolNamedTwice,
+    UnknownTool,
+    UnknownVersion,
+    Unreachable,
+)
+from ._executor import FACTS_TIMEOUT, Batcher, Executor, InProcess
+from ._function import FunctionTool
+from ._model import (
+    Annotations,
+    Call,
+    CallContext,
+    Closeable,
+    Descriptor,
+    Facts,
+    Factual,
+    Invoke,
+    NeedsPeers,
+    Replay,
+    Replayable,
+    Result,
+    Tool,
+    ToolInfo,
+)
+from ._program import ProgramTool
+from ._set import ALLOW, Batch, Decision, Policy, Set, deny
+
+__all__ = [
+    "ALLOW",
+    "FACTS_TIMEOUT",
+    "Annotations",
+    "BadCapability",
+    "Batch",
+    "Batcher",
+    "Call",
+    "CallContext",
+    "CallLost",
+    "Changed",
+    "Closeable",
+    "Decision",
+    "Descriptor",
+    "DuplicateTool",
+    "Executor",
+    "ExecutorClosed",
+    "Factual",
+    "Facts",
+    "FactsMismatch",
+    "FactsUnavailable",
+    "FunctionTool",
+    "InProcess",
+    "Invoke",
+    "NeedsPeers",
+    "NoCapability",
+    "NotAnExecutor",
+    "PlaneError",
+    "Policy",
+    "ProgramTool",
+    "Refused",
+    "Replay",
+    "Replayable",
+    "Result",
+    "Set",
+    "Tool",
+    "ToolInfo",
+    "ToolMismatch",
+    "ToolNamedTwice",
+    "UnknownTool",
+    "UnknownVersion",
+    "Unreachable",
+    "deny",
+]
