@@ -1,4 +1,4 @@
-"""The command line: ``sandbox run`` and ``sandbox doctor``.
+"""The command line: ``sandbox run``, ``sandbox serve``, ``sandbox bench``, ``sandbox doctor``.
 
 Exit codes of ``sandbox run``: 0 the program succeeded; 1 the program failed; 3 a limit
 ended it (kind ``limit``); 4 the sandbox could not run it (a budget the level cannot
@@ -66,27 +66,10 @@ def _parser() -> argparse.ArgumentParser:
         default=Level.PROCESS.value,
         help="isolation level (default: %(default)s)",
     )
-    r.add_argument(
-        "--timeout",
-        type=float,
-        default=None,
-        help=f"wall clock, seconds (default: {DEFAULT_TIMEOUT:g} at the process level; "
-        "in_process cannot enforce one)",
-    )
-    r.add_argument("--max-calls", type=int, default=0, help="tool calls allowed (0: no limit)")
-    r.add_argument("--max-bytes", type=_size, default=0, help="result bytes allowed (0: no limit)")
-    r.add_argument("--max-inflight", type=int, default=64, help="tool calls in flight at once")
-    r.add_argument("--call-timeout", type=float, default=None, help="seconds one call may take")
-    r.add_argument("--max-memory", type=_size, default=None, help="memory, e.g. 256M")
-    r.add_argument("--max-cpu", type=float, default=None, help="CPU seconds")
-    r.add_argument("--max-processes", type=int, default=None, help="processes at once")
-    r.add_argument("--max-output", type=_size, default=1 << 20, help="stdout/stderr kept, each")
-    r.add_argument(
-        "--tools",
-        action="append",
-        default=[],
-        metavar="MODULE",
-        help="a module whose TOOLS list (or public functions) become host tools; repeatable",
+    budget_options(
+        r,
+        default_timeout=f"default: {DEFAULT_TIMEOUT:g} at the process level; "
+        "in_process cannot enforce one",
     )
     r.add_argument(
         "--spawn",
@@ -115,6 +98,9 @@ def _parser() -> argparse.ArgumentParser:
         "each level, which budget items and walls it can enforce here and why not.",
     )
     d.add_argument("--json", action="store_true", help="print the report as JSON")
+    from .plane._command import add_serve_parser
+
+    add_serve_parser(sub)
     return parser
 
 
@@ -194,13 +180,14 @@ def _import_tools(name: str) -> ModuleType:
         ) from exc
 
 
-def _load_tools(names: Sequence[str]) -> list[Tool]:
-    tools: list[Tool] = []
+def tool_objects(names: Sequence[str]) -> list[Any]:
+    """What each tools module offers: its ``TOOLS`` list, or else its public functions."""
+    found: list[Any] = []
     for name in names:
         module = _import_tools(name)
-        found: Any = getattr(module, "TOOLS", None)
-        if found is None:
-            found = [
+        listed: Any = getattr(module, "TOOLS", None)
+        if listed is None:
+            listed = [
                 obj
                 for key, obj in vars(module).items()
                 if not key.startswith("_")
@@ -208,8 +195,52 @@ def _load_tools(names: Sequence[str]) -> list[Tool]:
                 and getattr(obj, "__module__", None) == module.__name__
                 and not isinstance(obj, type)
             ]
-        tools.extend(t if isinstance(t, Tool) else Tool(t) for t in found)
-    return tools
+        found.extend(listed)
+    return found
+
+
+def _load_tools(names: Sequence[str]) -> list[Tool]:
+    return [t if isinstance(t, Tool) else Tool(t) for t in tool_objects(names)]
+
+
+def budget_options(p: argparse.ArgumentParser, *, default_timeout: str) -> None:
+    """The budget's options, shared by ``run`` and ``serve``."""
+    p.add_argument(
+        "--timeout", type=float, default=None, help=f"wall clock, seconds ({default_timeout})"
+    )
+    p.add_argument("--max-calls", type=int, default=0, help="tool calls allowed (0: no limit)")
+    p.add_argument("--max-bytes", type=_size, default=0, help="result bytes allowed (0: no limit)")
+    p.add_argument("--max-inflight", type=int, default=64, help="tool calls in flight at once")
+    p.add_argument("--call-timeout", type=float, default=None, help="seconds one call may take")
+    p.add_argument("--max-memory", type=_size, default=None, help="memory, e.g. 256M")
+    p.add_argument("--max-cpu", type=float, default=None, help="CPU seconds")
+    p.add_argument("--max-processes", type=int, default=None, help="processes at once")
+    p.add_argument("--max-output", type=_size, default=1 << 20, help="stdout/stderr kept, each")
+    p.add_argument(
+        "--tools",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="a module whose TOOLS list (or public functions) become host tools; repeatable",
+    )
+
+
+def budget_from(args: argparse.Namespace) -> Budget:
+    """The budget the options say (raises BudgetError for an impossible one)."""
+    timeout = args.timeout
+    if timeout is None and args.level != Level.IN_PROCESS:
+        timeout = DEFAULT_TIMEOUT
+    return Budget(
+        wall_clock=timeout,
+        max_calls=args.max_calls,
+        max_bytes=args.max_bytes,
+        max_inflight=args.max_inflight,
+        max_call_deadline=args.call_timeout,
+        max_memory=args.max_memory,
+        max_cpu=args.max_cpu,
+        max_processes=args.max_processes,
+        max_output=args.max_output,
+    )
 
 
 def _bench(study_args: Sequence[str]) -> int:
@@ -241,6 +272,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "doctor":
         return _doctor(args.json)
+    if args.command == "serve":
+        from .plane._command import serve
+
+        return serve(args)
     if args.program == "-":
         source = sys.stdin.read()
     else:
@@ -250,20 +285,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"sandbox: cannot read {args.program}: {exc.strerror}", file=sys.stderr)
             return EXIT_SANDBOX
     try:
-        timeout = args.timeout
-        if timeout is None and args.level != Level.IN_PROCESS:
-            timeout = DEFAULT_TIMEOUT
-        budget = Budget(
-            wall_clock=timeout,
-            max_calls=args.max_calls,
-            max_bytes=args.max_bytes,
-            max_inflight=args.max_inflight,
-            max_call_deadline=args.call_timeout,
-            max_memory=args.max_memory,
-            max_cpu=args.max_cpu,
-            max_processes=args.max_processes,
-            max_output=args.max_output,
-        )
+        budget = budget_from(args)
         toolset = Toolset(_load_tools(args.tools))
         stack = args.stack_on_timeout and args.level != Level.IN_PROCESS
         result = run_sync(

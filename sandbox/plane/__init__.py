@@ -11,6 +11,9 @@ each such call decided by the session's policy as a direct call is (:class:`Set`
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+from ._capability import CAPABILITY_KEY, CAPABILITY_VERSION, Capability
 from ._errors import (
     BadCapability,
     CallLost,
@@ -50,23 +53,57 @@ from ._model import (
 from ._program import ProgramTool
 from ._set import ALLOW, Batch, Decision, Policy, Set, deny
 
+if TYPE_CHECKING:
+    from ._remote import KEEPALIVE, Dialer, Remote, http, stdio
+    from ._serve import SESSION_IDLE, ExecutorServer
+
+# The MCP ends load the MCP SDK (most of a second): only when they are asked for.
+_LAZY = {
+    "KEEPALIVE": "_remote",
+    "Dialer": "_remote",
+    "Remote": "_remote",
+    "http": "_remote",
+    "stdio": "_remote",
+    "SESSION_IDLE": "_serve",
+    "ExecutorServer": "_serve",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
 __all__ = [
     "ALLOW",
+    "CAPABILITY_KEY",
+    "CAPABILITY_VERSION",
     "FACTS_TIMEOUT",
+    "KEEPALIVE",
+    "SESSION_IDLE",
     "Annotations",
     "BadCapability",
     "Batch",
     "Batcher",
     "Call",
     "CallContext",
+    "Capability",
     "CallLost",
     "Changed",
     "Closeable",
     "Decision",
     "Descriptor",
+    "Dialer",
     "DuplicateTool",
     "Executor",
     "ExecutorClosed",
+    "ExecutorServer",
     "Factual",
     "Facts",
     "FactsMismatch",
@@ -81,6 +118,7 @@ __all__ = [
     "Policy",
     "ProgramTool",
     "Refused",
+    "Remote",
     "Replay",
     "Replayable",
     "Result",
@@ -93,4 +131,6 @@ __all__ = [
     "UnknownVersion",
     "Unreachable",
     "deny",
+    "http",
+    "stdio",
 ]

@@ -1,0 +1,234 @@
+"""What an executor served over MCP says that MCP has no field for, and the client's checks.
+
+The server advertises, under the experimental capability :data:`CAPABILITY_KEY`::
+
+    {"version": 1,
+     "descriptor": {"kind": "host", "ref": "build-7", "root": "/srv/work"},
+     "tools": [{"name": "lookup", "readOnly": true, "facts": true, "replay": false}, ...],
+     "ceilings": {"wall_clock": 30.0, "max_calls": 100, ...},
+     "level": "confined"}
+
+with ``tools`` in the executor's order (MCP has no order, and a client's SDK may sort the
+listing), and each listed tool carries the same flags in its ``_meta`` under the same key.
+The client asks for its own limits under the key in its capabilities at initialize::
+
+    {"budget": {"wall_clock": 10.0, "max_calls": 20}, "invoke": true}
+
+and the server caps them at its ceilings. ``invoke`` says the client decides the calls a
+program makes of the other tools (the server sends each back to it, :data:`INVOKE_METHOD`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, final
+
+import msgspec
+
+from .._budget import Budget
+from ._errors import (
+    BadCapability,
+    FactsMismatch,
+    NoCapability,
+    ToolMismatch,
+    ToolNamedTwice,
+    UnknownVersion,
+)
+from ._model import Annotations, Descriptor, Facts, Replay, ToolInfo
+
+__all__ = [
+    "CAPABILITY_KEY",
+    "CAPABILITY_VERSION",
+    "FACTS_METHOD",
+    "INVOKE_METHOD",
+    "REPLAY_METHOD",
+    "Asked",
+    "Capability",
+    "ListedTool",
+    "ToolFlags",
+    "cap_budget",
+    "check_server",
+]
+
+CAPABILITY_KEY: Final = "io.github.sandbox-runtime/executor"
+CAPABILITY_VERSION: Final = 1
+#: Custom request methods (client -> server): read facts of a batch, read replay of a call.
+FACTS_METHOD: Final = f"{CAPABILITY_KEY}/facts"
+REPLAY_METHOD: Final = f"{CAPABILITY_KEY}/replay"
+#: Server -> client, while a program call is in flight: a host call the program made.
+INVOKE_METHOD: Final = f"{CAPABILITY_KEY}/invoke"
+
+
+@final
+class ToolFlags(msgspec.Struct, frozen=True, rename="camel"):
+    """One tool's flags, as the capability and the listing's ``_meta`` carry them."""
+
+    name: str
+    read_only: bool = False
+    facts: bool = False
+    replay: bool = False
+
+
+@final
+class Capability(msgspec.Struct, frozen=True):
+    """The server's capability value (version 1)."""
+
+    version: int
+    descriptor: Descriptor
+    tools: tuple[ToolFlags, ...]
+    ceilings: Budget = Budget()
+    level: str | None = None
+
+
+@final
+class Asked(msgspec.Struct, frozen=True):
+    """What a client asks for under the key at initialize."""
+
+    budget: Budget | None = None
+    invoke: bool = False
+
+
+@final
+class ListedTool(msgspec.Struct, frozen=True):
+    """A tool as MCP's listing gives it, taken off whatever the SDK's type is."""
+
+    name: str
+    description: str = ""
+    input_schema: dict[str, Any] = msgspec.field(default_factory=dict)
+    annotations: Annotations = Annotations()
+    meta: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+def flags_of(info: ToolInfo) -> ToolFlags:
+    return ToolFlags(
+        name=info.name, read_only=info.read_only, facts=info.factual, replay=info.replayable
+    )
+
+
+def cap_budget(asked: Budget | None, ceilings: Budget) -> Budget:
+    """A session's budget: each item as asked, capped at the ceiling; an item asked for
+    nothing (or more than the ceiling) is the ceiling."""
+    if asked is None:
+        return ceilings
+
+    def least(a: Any, c: Any) -> Any:
+        if c is None or c == 0:  # no ceiling on this item: the session's ask stands
+            return a
+        if a is None or a == 0:
+            return c
+        return min(a, c)
+
+    items = {
+        f: least(getattr(asked, f), getattr(ceilings, f))
+        for f in Budget.__struct_fields__
+        if f not in ("max_inflight", "max_output")
+    }
+    items["max_inflight"] = min(asked.max_inflight, ceilings.max_inflight)
+    items["max_output"] = min(asked.max_output, ceilings.max_output)
+    return Budget(**items)
+
+
+def check_server(raw: Any, listing: Sequence[ListedTool]) -> tuple[Capability, list[ToolInfo]]:
+    """Check a server's capability against its listing; its tools, in the executor's order.
+
+    Raises:
+        NoCapability, UnknownVersion, BadCapability, ToolMismatch, ToolNamedTwice,
+        FactsMismatch: the server is not an executor this client can trust, and why.
+    """
+    if raw is None:
+        raise NoCapability(f"the server does not advertise {CAPABILITY_KEY}: not an executor")
+    if not isinstance(raw, Mapping):
+        raise BadCapability(f"{CAPABILITY_KEY} is not an object: {raw!r:.200}")
+    version = raw.get("version")
+    if version != CAPABILITY_VERSION or isinstance(version, bool):
+        raise UnknownVersion(
+            f"{CAPABILITY_KEY} version {version!r}; this client reads {CAPABILITY_VERSION}"
+        )
+    try:
+        cap = msgspec.convert(raw, Capability)
+    except (msgspec.ValidationError, ValueError) as exc:
+        raise BadCapability(f"{CAPABILITY_KEY} does not decode: {exc}") from None
+    named: dict[str, ToolFlags] = {}
+    for flags in cap.tools:
+        if flags.name in named:
+            raise ToolNamedTwice(f"the capability names tool {flags.name!r} twice")
+        named[flags.name] = flags
+    listed: dict[str, ListedTool] = {}
+    for t in listing:
+        if t.name in listed:
+            raise ToolNamedTwice(f"the server lists tool {t.name!r} twice")
+        listed[t.name] = t
+    if unnamed := sorted(set(listed) - set(named)):
+        raise ToolMismatch(f"listed but not named by the capability: {', '.join(unnamed)}")
+    if unlisted := sorted(set(named) - set(listed)):
+        raise ToolMismatch(f"named by the capability but not listed: {', '.join(unlisted)}")
+    infos = []
+    for flags in cap.tools:
+        t = listed[flags.name]
+        meta = t.meta.get(CAPABILITY_KEY)
+        try:
+            said = msgspec.convert(meta, ToolFlags) if meta is not None else None
+        except msgspec.ValidationError as exc:
+            raise BadCapability(f"{t.name}: its listing's flags do not decode: {exc}") from None
+        if said is None or said.facts != flags.facts:
+            raise FactsMismatch(
+                f"{t.name}: the capability says facts={flags.facts}, its listing "
+                f"{'says nothing' if said is None else f'facts={said.facts}'}"
+            )
+        if said.replay != flags.replay or said.read_only != flags.read_only:
+            raise FactsMismatch(f"{t.name}: the capability's flags {flags} disagree with {said}")
+        if t.annotations.read_only != flags.read_only:
+            raise FactsMismatch(
+                f"{t.name}: readOnly={flags.read_only} but its annotations say "
+                f"readOnlyHint={t.annotations.read_only}"
+            )
+        infos.append(
+            ToolInfo(
+                name=t.name,
+                description=t.description,
+                input_schema=t.input_schema,
+                annotations=t.annotations,
+                factual=flags.facts,
+                replayable=flags.replay,
+            )
+        )
+    return cap, infos
+
+
+# -- the custom methods' bodies --
+
+
+@final
+class WireCall(msgspec.Struct, frozen=True):
+    tool: str
+    arguments: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+@final
+class FactsParams(msgspec.Struct, frozen=True):
+    calls: tuple[WireCall, ...]
+
+
+@final
+class FactsReading(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One call's reading: its facts, or the error that blocks it."""
+
+    facts: Facts | None = None
+    error: str | None = None
+    unknown_tool: bool = False
+
+
+@final
+class FactsReply(msgspec.Struct, frozen=True):
+    readings: tuple[FactsReading, ...]
+
+
+@final
+class ReplayReply(msgspec.Struct, frozen=True):
+    replay: Replay = Replay.UNKNOWN
+
+
+@final
+class InvokeParams(msgspec.Struct, frozen=True):
+    tool: str
+    arguments: dict[str, Any] = msgspec.field(default_factory=dict)

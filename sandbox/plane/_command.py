@@ -1,0 +1,166 @@
+"""``sandbox serve``: an executor (the program tool and a module's tools) served over MCP."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import anyio
+
+from .._budget import Budget
+from .._errors import SandboxError
+from .._levels import Level, confinement_gaps
+from .._supervisor import Spawn
+from .._tools import Tool as HostTool
+from ._function import FunctionTool
+from ._model import Descriptor, Tool
+from ._program import ProgramTool
+
+__all__ = ["add_serve_parser", "serve", "tools_from"]
+
+EXIT_OK, EXIT_SANDBOX = 0, 4
+
+
+def add_serve_parser(sub: Any) -> None:
+    from .._cli import budget_options
+
+    s = sub.add_parser(
+        "serve",
+        help="serve an executor (the sandbox as a tool, and host tools) over MCP",
+        description="Serve the program tool (Python run in a sandbox, whose host.<name> calls "
+        "are the other tools) and the tools of --tools modules as an MCP executor, on "
+        "standard input and output, or over streamable HTTP with --http. The budget options "
+        "are ceilings: a session asks for its own budget and gets each item capped at them. "
+        "The HTTP server authenticates no one: whoever reaches it runs the tools. Serve it "
+        "on loopback, or behind something that authenticates.",
+    )
+    s.add_argument(
+        "--level",
+        choices=[lv.value for lv in Level if lv is not Level.IN_PROCESS],
+        default=Level.CONFINED.value,
+        help="the level programs run at (default: %(default)s)",
+    )
+    budget_options(s, default_timeout=f"a ceiling; default: {30:g}")
+    s.add_argument(
+        "--spawn",
+        choices=[mode.value for mode in Spawn],
+        default=Spawn.ZYGOTE.value,
+        help="how children are made (default: %(default)s)",
+    )
+    s.add_argument("--no-program", action="store_true", help="serve the --tools tools only")
+    s.add_argument(
+        "--http",
+        metavar="HOST:PORT",
+        help="serve over streamable HTTP at http://HOST:PORT/mcp (port 0: any free port; the "
+        "URL is printed on standard error) instead of standard input and output",
+    )
+    s.add_argument(
+        "--idle",
+        type=float,
+        default=300.0,
+        help="HTTP: close a session that starts no request for this many seconds, ending "
+        "its runs (default: %(default)g)",
+    )
+    s.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="HOST[:PORT]",
+        help="HTTP: another Host header to accept (the served address is); 'name:*' for any "
+        "port. Anything else is refused, against DNS rebinding",
+    )
+    s.add_argument(
+        "--allow-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="HTTP: a browser origin to accept (none but the served address is)",
+    )
+    s.add_argument("--kind", default="host", help="the workspace's kind, as sessions record it")
+    s.add_argument("--ref", default="", help="which workspace (default: this host's name)")
+    s.add_argument("--root", default="", help="the workspace's root (default: the current one)")
+
+
+def tools_from(found: Sequence[Any]) -> list[Tool]:
+    """Execution-plane tools from what a tools module offers: plane tools as they are, host
+    tools and plain functions as :class:`FunctionTool`."""
+    out: list[Tool] = []
+    for obj in found:
+        if isinstance(obj, Tool):
+            out.append(obj)
+        elif isinstance(obj, HostTool):
+            out.append(FunctionTool(obj.fn, name=obj.name, description=obj.description))
+        elif callable(obj):
+            out.append(FunctionTool(obj))
+        else:
+            raise SandboxError(f"{obj!r} is neither a tool nor a function")
+    return out
+
+
+def _address(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise SandboxError(f"--http wants HOST:PORT, got {text!r}")
+    return host.strip("[]"), int(port)
+
+
+def serve(args: argparse.Namespace) -> int:
+    from .._cli import budget_from, tool_objects
+    from ._serve import ExecutorServer
+
+    try:
+        ceilings = budget_from(args)
+        found = tool_objects(args.tools)
+        tools_from(found)  # refuse a bad module now, not at the first session
+        level = Level(args.level)
+        if level is Level.CONFINED and (gaps := confinement_gaps()):
+            raise SandboxError(
+                "the confined level is not available on this host ("
+                + "; ".join(f"{k}: {v}" for k, v in gaps.items())
+                + "); serve --level process, or see `sandbox doctor`"
+            )
+        spawn = Spawn(args.spawn)
+        program = not args.no_program
+
+        def make(budget: Budget) -> list[Tool]:
+            tools = tools_from(found)
+            if program:
+                tools.append(ProgramTool(level=level, budget=budget, spawn=spawn))
+            return tools
+
+        descriptor = None
+        if args.kind != "host" or args.ref or args.root:
+            import os
+            import socket
+
+            descriptor = Descriptor(
+                kind=args.kind, ref=args.ref or socket.gethostname(), root=args.root or os.getcwd()
+            )
+        server = ExecutorServer(make, ceilings=ceilings, descriptor=descriptor, level=level.value)
+        if args.http is None:
+            anyio.run(server.serve_stdio)
+            return EXIT_OK
+        host, port = _address(args.http)
+
+        def ready(url: str) -> None:
+            print(f"sandbox: serving {url}", file=sys.stderr, flush=True)
+
+        async def main() -> None:
+            await server.serve_http(
+                host,
+                port,
+                idle=args.idle,
+                allowed_hosts=args.allow_host,
+                allowed_origins=args.allow_origin,
+                ready=ready,
+            )
+
+        anyio.run(main)
+    except (SandboxError, ValueError, OSError) as exc:
+        print(f"sandbox: {exc}", file=sys.stderr)
+        return EXIT_SANDBOX
+    except KeyboardInterrupt:
+        pass
+    return EXIT_OK

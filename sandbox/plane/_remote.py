@@ -1,0 +1,571 @@
+"""The executor at the other end of an MCP connection (``sandbox serve``), checked first."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import uuid
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Final, final
+
+import anyio
+import anyio.abc
+import mcp_types as types
+import msgspec
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+
+from protocol import Kind
+
+from .._budget import Budget
+from ._capability import (
+    CAPABILITY_KEY,
+    FACTS_METHOD,
+    INVOKE_METHOD,
+    REPLAY_METHOD,
+    Asked,
+    Capability,
+    FactsReply,
+    InvokeParams,
+    ListedTool,
+    ReplayReply,
+    check_server,
+)
+from ._errors import (
+    CallLost,
+    Changed,
+    ExecutorClosed,
+    FactsUnavailable,
+    NotAnExecutor,
+    PlaneError,
+    UnknownTool,
+    Unreachable,
+)
+from ._executor import FACTS_TIMEOUT
+from ._mcp import Dispatcher, initialize, raw_request
+from ._model import (
+    Annotations,
+    Call,
+    CallContext,
+    Descriptor,
+    Facts,
+    Invoke,
+    Replay,
+    Result,
+    ToolInfo,
+)
+
+__all__ = ["KEEPALIVE", "Dialer", "Remote", "http", "stdio"]
+
+#: How often a client over HTTP pings the executor, well within the server's idle limit
+#: (five minutes), so a session idle while its user thinks stays open.
+KEEPALIVE: Final = 60.0
+#: How long dialing and checking a server may take.
+CONNECT_TIMEOUT: Final = 30.0
+
+#: Makes a new transport to the executor, for each connection a Remote makes: the first,
+#: and each one after the last was lost.
+Dialer = Callable[[], AbstractAsyncContextManager[Any]]
+
+
+def stdio(
+    command: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: str | None = None
+) -> Dialer:
+    """A dialer that starts ``command`` (``sandbox serve``, say) and speaks MCP on its
+    standard input and output; each dial starts it anew. ``env`` defaults to this
+    process's environment."""
+    if not command:
+        raise ValueError("stdio needs a command")
+    params = StdioServerParameters(
+        command=command[0],
+        args=list(command[1:]),
+        env=dict(os.environ if env is None else env),
+        cwd=cwd,
+    )
+    return lambda: stdio_client(params)
+
+
+def http(url: str) -> Dialer:
+    """A dialer of the executor served at ``url`` (``http://127.0.0.1:PORT/mcp``)."""
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"not an http(s) URL: {url!r}")
+    return lambda: streamable_http_client(url)
+
+
+@final
+class _Connection:
+    def __init__(self) -> None:
+        self.session: ClientSession | None = None
+        self.dispatcher: Dispatcher | None = None
+        self.capability: Capability | None = None
+        self.tools: list[ToolInfo] = []
+        self.server: tuple[str, str] = ("", "")
+        self.error: BaseException | None = None
+        self.lost = anyio.Event()
+
+    @property
+    def alive(self) -> bool:
+        d = self.dispatcher
+        return not self.lost.is_set() and d is not None and not d.ended.is_set()
+
+
+def _connection_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` says the connection is gone (rather than the request being refused)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return any(_connection_failure(e) for e in exc.exceptions)
+    if isinstance(exc, MCPError):
+        return exc.error.code == types.CONNECTION_CLOSED
+    return isinstance(
+        exc, anyio.ClosedResourceError | anyio.BrokenResourceError | anyio.EndOfStream | OSError
+    ) or type(exc).__module__.startswith(("httpx", "httpcore"))
+
+
+def _refusal(exc: BaseException) -> NotAnExecutor | None:
+    if isinstance(exc, NotAnExecutor):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for e in exc.exceptions:
+            if (found := _refusal(e)) is not None:
+                return found
+    return None
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(_describe(e) for e in exc.exceptions)
+    return f"{type(exc).__name__}: {exc}"
+
+
+@final
+class Remote:
+    """An executor served over MCP, reached through ``dialer``; make one with
+    :meth:`connect` (one connection) or :meth:`dial` (reconnects), both async context
+    managers.
+
+    Before it is trusted, the server is checked: it must advertise the executor
+    capability, of a version this client reads, naming every tool it lists and no more,
+    each with the flags its listing carries (:class:`~sandbox.plane.NotAnExecutor`'s
+    subclasses say what failed).
+
+    Made by :meth:`dial`, it reconnects: a lost connection is dialed again before the next
+    request, so nothing that was never sent is lost. A call in flight when the connection
+    went fails with :class:`~sandbox.plane.CallLost` and is not sent again, since it may
+    have run; a reading (facts, replay), which has no effect, is retried once on the new
+    connection. The new connection must reach the same executor (descriptor, tools,
+    definitions and claims); if not, this request and every one after fail with
+    :class:`~sandbox.plane.Changed`, without dialing again. A failed dial is
+    :class:`~sandbox.plane.Unreachable`, and the next request dials again.
+    """
+
+    def __init__(
+        self,
+        dialer: Dialer,
+        tg: anyio.abc.TaskGroup,
+        *,
+        redial: bool,
+        budget: Budget | None,
+        keepalive: float | None,
+        facts_timeout: float,
+        name: str,
+        version: str,
+        warn: Callable[[str], Any] | None,
+    ) -> None:
+        self._dialer = dialer
+        self._tg = tg
+        self._redial = redial
+        self._asked = Asked(budget=budget, invoke=True)
+        self._keepalive = keepalive
+        self._facts_timeout = facts_timeout
+        self._info = types.Implementation(name=name, version=version)
+        self._warn = warn
+        self._conn: _Connection | None = None
+        self._first: _Connection | None = None
+        self._lock = anyio.Lock()
+        self._changed: Changed | None = None
+        self._closed = False
+        self._invokes: dict[str, Invoke] = {}
+        self.dials = 0
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def connect(
+        cls,
+        dialer: Dialer,
+        *,
+        budget: Budget | None = None,
+        keepalive: float | None = None,
+        facts_timeout: float = FACTS_TIMEOUT,
+        name: str = "sandbox",
+        version: str = "1",
+        warn: Callable[[str], Any] | None = None,
+        redial: bool = False,
+    ) -> AsyncIterator[Remote]:
+        """Connect once and check the server. Once this connection is lost, every request
+        fails (:class:`~sandbox.plane.Unreachable`); :meth:`dial` reconnects.
+
+        Args:
+            dialer: :func:`stdio` or :func:`http`, or any async context manager of an MCP
+                transport's streams.
+            budget: the run budget this session asks for; the executor caps each item at
+                its ceilings (None asks for the ceilings).
+            keepalive: seconds between pings (None: no pings; :data:`KEEPALIVE` over HTTP).
+            facts_timeout: seconds a facts or replay request may take.
+            name, version: this client, as the server is told.
+            warn: told, in a line, when the connection is lost and made again, or when the
+                executor that answered was refused.
+
+        Raises:
+            NotAnExecutor: the server failed a check (a subclass says which).
+            Unreachable: the server could not be reached, or did not answer in time.
+        """
+        for what, value in (("keepalive", keepalive), ("facts_timeout", facts_timeout)):
+            if value is not None and not (value > 0 and math.isfinite(value)):
+                raise ValueError(f"{what} must be a positive number of seconds, got {value!r}")
+        async with anyio.create_task_group() as tg:
+            remote = cls(
+                dialer,
+                tg,
+                redial=redial,
+                budget=budget,
+                keepalive=keepalive,
+                facts_timeout=facts_timeout,
+                name=name,
+                version=version,
+                warn=warn,
+            )
+            try:
+                remote._first = remote._conn = await remote._open()
+                yield remote
+            finally:
+                remote._closed = True
+                tg.cancel_scope.cancel()
+
+    @classmethod
+    def dial(cls, dialer: Dialer, **options: Any) -> AbstractAsyncContextManager[Remote]:
+        """:meth:`connect`, and again whenever the connection is lost (see the class)."""
+        return cls.connect(dialer, redial=True, **options)
+
+    # -- what the first connection said --
+
+    async def tools(self) -> Sequence[ToolInfo]:
+        return tuple(self._identity().tools)
+
+    @property
+    def descriptor(self) -> Descriptor:
+        cap = self._identity().capability
+        assert cap is not None
+        return cap.descriptor
+
+    @property
+    def capability(self) -> Capability:
+        """The executor's capability as the first connection checked it."""
+        cap = self._identity().capability
+        assert cap is not None
+        return cap
+
+    @property
+    def server(self) -> tuple[str, str]:
+        """The name and version the executor gave at initialize (the latest connection's)."""
+        return (self._conn or self._identity()).server
+
+    def _identity(self) -> _Connection:
+        if self._first is None:
+            raise ExecutorClosed("not connected")
+        return self._first
+
+    async def aclose(self) -> None:
+        """Close the connection and stop dialing; the context manager's exit does this."""
+        self._closed = True
+        if self._conn is not None:
+            self._conn.lost.set()
+
+    # -- connections --
+
+    async def _open(self) -> _Connection:
+        conn = _Connection()
+        self.dials += 1
+        with anyio.CancelScope() as scope:
+            scope.deadline = anyio.current_time() + CONNECT_TIMEOUT
+            await self._tg.start(self._hold, conn)
+        if scope.cancelled_caught:
+            conn.lost.set()
+            raise Unreachable(f"the executor did not answer within {CONNECT_TIMEOUT} s")
+        if conn.error is not None:
+            refusal = _refusal(conn.error)
+            if refusal is not None:
+                if self._warn:
+                    self._warn(f"the executor that answered was refused: {refusal}")
+                raise refusal
+            raise Unreachable(f"cannot reach the executor: {_describe(conn.error)}")
+        return conn
+
+    async def _hold(self, conn: _Connection, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        """Make one connection, check it, and hold it until it is lost or closed."""
+        started = False
+        try:
+            async with self._dialer() as streams:
+                read, write = streams[0], streams[1]
+                dispatcher = Dispatcher(read, write, {INVOKE_METHOD: self._on_invoke})
+                async with ClientSession(dispatcher=dispatcher) as session:
+                    asked = {CAPABILITY_KEY: msgspec.to_builtins(self._asked)}
+                    init = await initialize(session, asked, self._info)
+                    listing: list[ListedTool] = []
+                    cursor: str | None = None
+                    while True:
+                        params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
+                        page = await session.list_tools(params=params)
+                        listing.extend(_listed(t) for t in page.tools)
+                        cursor = page.next_cursor
+                        if not cursor:
+                            break
+                    raw = (init.capabilities.experimental or {}).get(CAPABILITY_KEY)
+                    conn.capability, conn.tools = check_server(raw, listing)
+                    conn.session, conn.dispatcher = session, dispatcher
+                    conn.server = (init.server_info.name, init.server_info.version or "")
+                    started = True
+                    task_status.started()
+                    async with anyio.create_task_group() as tg:
+                        if self._keepalive:
+                            tg.start_soon(self._ping, conn, self._keepalive)
+                        tg.start_soon(_wait_then_set, dispatcher.ended, conn.lost)
+                        await conn.lost.wait()
+                        tg.cancel_scope.cancel()
+        except Exception as exc:
+            if not started:
+                conn.error = exc
+        finally:
+            conn.lost.set()
+            if not started:
+                task_status.started()
+
+    async def _ping(self, conn: _Connection, every: float) -> None:
+        assert conn.session is not None
+        while True:
+            await anyio.sleep(every)
+            try:
+                with anyio.fail_after(max(every, 10.0)):
+                    await raw_request(conn.session, "ping")
+            except Exception:
+                conn.lost.set()
+                return
+
+    async def _current(self) -> _Connection:
+        """The live connection, dialed again first if it was lost (and may be)."""
+        if self._closed:
+            raise ExecutorClosed("the executor connection is closed")
+        if self._changed is not None:
+            raise self._changed
+        conn = self._conn
+        if conn is not None and conn.alive:
+            return conn
+        if not self._redial:
+            raise Unreachable("the connection to the executor was lost")
+        async with self._lock:
+            if self._changed is not None:
+                raise self._changed
+            if self._conn is not None and self._conn.alive:
+                return self._conn
+            try:
+                fresh = await self._open()
+            except NotAnExecutor as exc:
+                self._changed = Changed(f"the executor that answered was refused: {exc}")
+                raise self._changed from exc
+            difference = _difference(self._identity(), fresh)
+            if difference:
+                fresh.lost.set()
+                self._changed = Changed(f"the executor changed: {difference}")
+                if self._warn:
+                    self._warn(str(self._changed))
+                raise self._changed
+            if self._warn:
+                self._warn("the connection to the executor was lost and made again")
+            self._conn = fresh
+            return fresh
+
+    async def _request(self, send: Callable[[ClientSession], Any], *, reading: bool) -> Any:
+        conn = await self._current()
+        assert conn.session is not None
+        try:
+            return await send(conn.session)
+        except Exception as exc:
+            if not _connection_failure(exc) and conn.alive:
+                raise
+            conn.lost.set()
+            if not reading:
+                raise CallLost(
+                    f"the connection was lost during the call: {_describe(exc)}"
+                ) from exc
+        conn = await self._current()  # a reading is read again once, on a new connection
+        assert conn.session is not None
+        try:
+            return await send(conn.session)
+        except Exception as exc:
+            if _connection_failure(exc):
+                conn.lost.set()
+                raise Unreachable(f"the connection was lost again: {_describe(exc)}") from exc
+            raise
+
+    # -- the executor's methods --
+
+    def _known(self, call: Call) -> None:
+        if not any(t.name == call.tool for t in self._identity().tools):
+            raise UnknownTool(f"no tool named {call.tool!r}")
+
+    async def batch_facts(self, calls: Sequence[Call]) -> list[Facts | Exception]:
+        """Each call's claim, read in the executor in one request within the facts timeout.
+
+        Raises:
+            FactsUnavailable: the request failed or timed out: every call is blocked.
+            Unreachable, Changed, ExecutorClosed: the connection's state, as for any request.
+        """
+        if not calls:
+            return []
+        body = {"calls": [{"tool": c.tool, "arguments": c.arguments} for c in calls]}
+
+        async def send(session: ClientSession) -> dict[str, Any]:
+            with anyio.fail_after(self._facts_timeout):
+                return await raw_request(session, FACTS_METHOD, body)
+
+        try:
+            raw = await self._request(send, reading=True)
+            reply = msgspec.convert(raw, FactsReply)
+        except TimeoutError:
+            raise FactsUnavailable(
+                f"the facts request took longer than {self._facts_timeout} s"
+            ) from None
+        except (MCPError, msgspec.ValidationError) as exc:
+            raise FactsUnavailable(f"the facts request failed: {exc}") from exc
+        if len(reply.readings) != len(calls):
+            raise FactsUnavailable(
+                f"asked for {len(calls)} readings, the executor gave {len(reply.readings)}"
+            )
+        out: list[Facts | Exception] = []
+        for c, r in zip(calls, reply.readings, strict=True):
+            if r.unknown_tool:
+                out.append(UnknownTool(r.error or f"no tool named {c.tool!r}"))
+            elif r.error is not None or r.facts is None:
+                out.append(FactsUnavailable(f"{c.tool}: {r.error or 'no reading'}"))
+            else:
+                out.append(r.facts)
+        return out
+
+    async def facts(self, call: Call) -> Facts:
+        self._known(call)
+        (got,) = await self.batch_facts([call])
+        if isinstance(got, Exception):
+            raise got
+        return got
+
+    async def replay(self, call: Call) -> Replay:
+        self._known(call)
+        body = {"tool": call.tool, "arguments": call.arguments}
+
+        async def send(session: ClientSession) -> dict[str, Any]:
+            with anyio.fail_after(self._facts_timeout):
+                return await raw_request(session, REPLAY_METHOD, body)
+
+        try:
+            return msgspec.convert(await self._request(send, reading=True), ReplayReply).replay
+        except (PlaneError, MCPError, TimeoutError, msgspec.ValidationError):
+            return Replay.UNKNOWN
+
+    async def call(self, call: Call, context: CallContext | None = None) -> Result:
+        """Run the call in the executor. It is sent once: see the class for a lost
+        connection. The program calls it makes of other tools come back here, to
+        ``context.invoke`` (the session's policy), while it runs."""
+        self._known(call)
+        token = uuid.uuid4().hex
+        if context is not None and context.invoke is not None:
+            self._invokes[token] = context.invoke
+        meta: Any = {CAPABILITY_KEY: {"call": token}}
+
+        async def send(session: ClientSession) -> types.CallToolResult:
+            return await session.call_tool(call.tool, call.arguments, meta=meta)
+
+        try:
+            got = await self._request(send, reading=False)
+        except MCPError as exc:
+            return Result(
+                text=f"{call.tool}: {exc.error.message}", is_error=True, kind=Kind.UNKNOWN
+            )
+        finally:
+            self._invokes.pop(token, None)
+        return _result(got)
+
+    async def _on_invoke(self, params: Mapping[str, Any] | None) -> dict[str, Any]:
+        """A program in the executor called another tool: decide and run it here."""
+        try:
+            p = msgspec.convert(dict(params or {}), InvokeParams)
+            token = str((params or {}).get("call", ""))
+        except msgspec.ValidationError as exc:
+            r = Result(text=f"a malformed host call: {exc}", is_error=True, kind=Kind.INVALID)
+        else:
+            invoke = self._invokes.get(token)
+            if invoke is None:
+                r = Result(
+                    text=f"{p.tool}: no call of this session is in flight to make it",
+                    is_error=True,
+                    kind=Kind.DENIED,
+                )
+            else:
+                r = await invoke(Call(tool=p.tool, arguments=p.arguments))
+        return {
+            "text": r.text,
+            "data": r.data,
+            "isError": r.is_error,
+            "kind": r.kind.value if r.kind is not None else None,
+        }
+
+
+async def _wait_then_set(ended: anyio.Event, lost: anyio.Event) -> None:
+    await ended.wait()
+    lost.set()
+
+
+def _listed(t: types.Tool) -> ListedTool:
+    a = t.annotations
+    annotations = Annotations()
+    if a is not None:
+        annotations = Annotations(
+            title=a.title,
+            read_only=bool(a.read_only_hint),
+            destructive=a.destructive_hint if a.destructive_hint is not None else True,
+            idempotent=bool(a.idempotent_hint),
+            open_world=a.open_world_hint if a.open_world_hint is not None else True,
+        )
+    return ListedTool(
+        name=t.name,
+        description=t.description or "",
+        input_schema=dict(t.input_schema),
+        annotations=annotations,
+        meta=dict(t.meta or {}),
+    )
+
+
+def _result(got: types.CallToolResult) -> Result:
+    text = "\n".join(c.text for c in got.content if isinstance(c, types.TextContent))
+    mine = (got.meta or {}).get(CAPABILITY_KEY) or {}
+    data = got.structured_content
+    if data is not None and mine.get("wrapped"):
+        data = data.get("value")
+    raw_kind = mine.get("kind")
+    kind = Kind(raw_kind) if isinstance(raw_kind, str) and raw_kind in set(Kind) else None
+    return Result(text=text, data=data, is_error=bool(got.is_error), kind=kind)
+
+
+def _difference(first: _Connection, fresh: _Connection) -> str:
+    a, b = first.capability, fresh.capability
+    assert a is not None
+    assert b is not None
+    if a.descriptor != b.descriptor:
+        return f"its workspace was {a.descriptor}, is {b.descriptor}"
+    if a.tools != b.tools:
+        return "its tools' names or flags differ"
+    if first.tools != fresh.tools:
+        names = [x.name for x, y in zip(first.tools, fresh.tools, strict=True) if x != y]
+        return f"the definitions of {', '.join(names)} differ"
+    return ""

@@ -1,0 +1,460 @@
+"""An executor served over MCP (``sandbox serve``): over stdio, or streamable HTTP.
+
+Each session gets tools of its own, built when it first needs them from its budget: what it
+asked for under the capability key at initialize, capped at the ceilings that whoever runs
+the server set. The tools are closed when the session ends. Facts and replay are read here,
+in the server, by the custom methods; a program's host calls go back to the session to be
+decided when the client says it decides them (``invoke``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import socket
+import time
+import weakref
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Final, final
+
+import anyio
+import mcp_types as types
+import msgspec
+import pydantic
+from mcp.server import Server
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.session import ServerSession
+from mcp.server.stdio import stdio_server
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.message import ServerMessageMetadata
+
+from protocol import Kind
+
+from .._budget import Budget
+from ._capability import (
+    CAPABILITY_KEY,
+    CAPABILITY_VERSION,
+    FACTS_METHOD,
+    INVOKE_METHOD,
+    REPLAY_METHOD,
+    Asked,
+    Capability,
+    FactsReading,
+    FactsReply,
+    ReplayReply,
+    WireCall,
+    cap_budget,
+    flags_of,
+)
+from ._errors import PlaneError, UnknownTool
+from ._executor import FACTS_TIMEOUT, InProcess
+from ._model import Call, CallContext, Descriptor, Result, Tool
+
+__all__ = ["SESSION_IDLE", "ExecutorServer", "Tools"]
+
+#: How long a session served over HTTP may start no request before it is closed and its
+#: calls (and with them their programs' runs) are ended.
+SESSION_IDLE: Final = 300.0
+
+#: Builds a session's tools for its budget (called for every session, and once at the
+#: ceilings when the server is made, to check what it builds).
+Tools = Callable[[Budget], Iterable[Tool]]
+
+_ENC = msgspec.json.Encoder()
+
+
+class _CallsParams(types.RequestParams):
+    calls: list[dict[str, Any]]
+
+
+class _ReplayParams(types.RequestParams):
+    tool: str
+    arguments: dict[str, Any] = pydantic.Field(default_factory=dict)
+
+
+class _InvokeParams(types.RequestParams):
+    call: str
+    tool: str
+    arguments: dict[str, Any]
+
+
+class _InvokeRequest(types.Request[_InvokeParams, str]):
+    method: str = INVOKE_METHOD
+    params: _InvokeParams
+
+
+class _InvokeResult(types.Result):
+    text: str = ""
+    data: Any = None
+    is_error: bool = False
+    kind: str | None = None
+
+
+@final
+class _Session:
+    """One client's session: its budget, its tools, and the calls it has in flight."""
+
+    def __init__(self, executor: InProcess, asked: Asked, session_id: str | None) -> None:
+        self.executor = executor
+        self.asked = asked
+        self.session_id = session_id
+        self.last_request = time.monotonic()
+        self.calls: set[anyio.CancelScope] = set()
+        self.ended = False
+
+    async def end(self) -> None:
+        """Cancel the calls in flight (ending their runs) and close the tools, once."""
+        if self.ended:
+            return
+        self.ended = True
+        for scope in list(self.calls):
+            scope.cancel()
+        with anyio.CancelScope(shield=True):
+            await self.executor.aclose()
+
+
+@final
+class ExecutorServer:
+    """Serves the tools ``make`` builds as an MCP server that is an executor.
+
+    Args:
+        make: builds a session's tools for its budget.
+        ceilings: the most any session may ask for (each budget item).
+        descriptor: the workspace the tools act in, as sessions record it.
+        name, version: the server's implementation name, given at initialize.
+        level: the level programs run at, for the capability (informative).
+        facts_timeout: seconds one facts or replay reading may take.
+
+    Raises:
+        DuplicateTool, TypeError: what ``make`` builds at the ceilings is refused (it is
+            built once, checked and closed, before any session comes).
+    """
+
+    def __init__(
+        self,
+        make: Tools,
+        *,
+        ceilings: Budget,
+        descriptor: Descriptor | None = None,
+        name: str = "sandbox-executor",
+        version: str = "1",
+        level: str | None = None,
+        facts_timeout: float = FACTS_TIMEOUT,
+    ) -> None:
+        self._make = make
+        self.ceilings = ceilings
+        self._facts_timeout = facts_timeout
+        probe = InProcess(make(ceilings), descriptor=descriptor, facts_timeout=facts_timeout)
+        self.descriptor = probe.descriptor
+        self._probe = probe
+        self.name, self.version, self.level = name, version, level
+        self._sessions: weakref.WeakKeyDictionary[ServerSession, _Session] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._capability: dict[str, Any] | None = None
+        self._server = self._build()
+
+    async def _checked(self) -> dict[str, Any]:
+        if self._capability is None:
+            tools = await self._probe.tools()
+            cap = Capability(
+                version=CAPABILITY_VERSION,
+                descriptor=self.descriptor,
+                tools=tuple(flags_of(t) for t in tools),
+                ceilings=self.ceilings,
+                level=self.level,
+            )
+            await self._probe.aclose()
+            self._capability = msgspec.to_builtins(cap)
+        return self._capability
+
+    @property
+    def capability(self) -> dict[str, Any]:
+        """The capability's value (after :meth:`prepare`)."""
+        if self._capability is None:
+            raise RuntimeError("call prepare() first")
+        return self._capability
+
+    async def prepare(self) -> None:
+        """Read the tools' flags (once) for the capability, and close the probe tools."""
+        await self._checked()
+
+    @property
+    def sessions(self) -> list[_Session]:
+        """The sessions that have tools and have not ended."""
+        return [s for s in self._sessions.values() if not s.ended]
+
+    # -- the MCP server --
+
+    def _build(self) -> Server[Any]:
+        outer = self
+
+        class _Server(Server[Any]):
+            def create_initialization_options(self, *args: Any, **kwargs: Any) -> Any:
+                opts = super().create_initialization_options(*args, **kwargs)
+                opts.capabilities.experimental = {CAPABILITY_KEY: outer.capability}
+                return opts
+
+        server = _Server(
+            self.name,
+            version=self.version,
+            on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+        )
+        server.add_request_handler(FACTS_METHOD, _CallsParams, self._facts)
+        server.add_request_handler(REPLAY_METHOD, _ReplayParams, self._replay)
+        server.middleware.append(self._middleware)
+        return server
+
+    async def _middleware(
+        self, ctx: ServerRequestContext[Any], call_next: CallNext
+    ) -> HandlerResult:
+        state = self._sessions.get(ctx.session)
+        if state is not None:
+            state.last_request = time.monotonic()
+        return await call_next(ctx)
+
+    def _state(self, ctx: ServerRequestContext[Any]) -> _Session:
+        """The session's state, made at its first request after initialize."""
+        state = self._sessions.get(ctx.session)
+        if state is not None:
+            if state.ended:
+                raise PlaneError("the session has ended")
+            return state
+        caps = ctx.session.client_capabilities
+        raw = (caps.experimental or {}).get(CAPABILITY_KEY) if caps is not None else None
+        try:
+            asked = msgspec.convert(raw, Asked) if raw is not None else Asked()
+        except msgspec.ValidationError as exc:
+            raise ValueError(
+                f"{CAPABILITY_KEY}: the client's request does not decode: {exc}"
+            ) from None
+        budget = cap_budget(asked.budget, self.ceilings)
+        executor = InProcess(
+            self._make(budget), descriptor=self.descriptor, facts_timeout=self._facts_timeout
+        )
+        connection = getattr(ctx.session, "_connection", None)
+        state = _Session(executor, asked, getattr(connection, "session_id", None))
+        self._sessions[ctx.session] = state
+        stack = getattr(connection, "exit_stack", None)
+        if isinstance(stack, contextlib.AsyncExitStack):
+            stack.push_async_callback(state.end)
+        return state
+
+    async def _list_tools(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        state = self._state(ctx)
+        listed = []
+        for info in await state.executor.tools():
+            a = info.annotations
+            listed.append(
+                types.Tool(
+                    name=info.name,
+                    description=info.description,
+                    input_schema=info.input_schema,
+                    annotations=types.ToolAnnotations(
+                        title=a.title,
+                        read_only_hint=a.read_only,
+                        destructive_hint=a.destructive,
+                        idempotent_hint=a.idempotent,
+                        open_world_hint=a.open_world,
+                    ),
+                    _meta={CAPABILITY_KEY: msgspec.to_builtins(flags_of(info))},
+                )
+            )
+        return types.ListToolsResult(tools=listed)
+
+    async def _call_tool(
+        self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        state = self._state(ctx)
+        call = Call(tool=params.name, arguments=dict(params.arguments or {}))
+        token = _call_token(ctx.params)
+        invoke = None
+        if state.asked.invoke and token is not None:
+            invoke = _invoker(ctx, token)
+        scope = anyio.CancelScope()
+        state.calls.add(scope)
+        try:
+            with scope:
+                result = await state.executor.call(call, CallContext(invoke=invoke))
+        except UnknownTool as exc:
+            result = Result(text=str(exc), is_error=True, kind=Kind.INVALID)
+        finally:
+            state.calls.discard(scope)
+        if scope.cancelled_caught:
+            result = Result(text="the session ended", is_error=True, kind=Kind.CANCELED)
+        return _mcp_result(result)
+
+    async def _facts(self, ctx: ServerRequestContext[Any], params: _CallsParams) -> dict[str, Any]:
+        state = self._state(ctx)
+        calls = msgspec.convert(params.calls, list[WireCall])
+        readings: list[FactsReading] = []
+        for c in calls:
+            try:
+                facts = await state.executor.facts(Call(tool=c.tool, arguments=c.arguments))
+                readings.append(FactsReading(facts=facts))
+            except UnknownTool as exc:
+                readings.append(FactsReading(error=str(exc), unknown_tool=True))
+            except PlaneError as exc:
+                readings.append(FactsReading(error=str(exc)))
+        out: dict[str, Any] = msgspec.to_builtins(FactsReply(readings=tuple(readings)))
+        return out
+
+    async def _replay(
+        self, ctx: ServerRequestContext[Any], params: _ReplayParams
+    ) -> dict[str, Any]:
+        state = self._state(ctx)
+        replay = await state.executor.replay(Call(tool=params.tool, arguments=params.arguments))
+        out: dict[str, Any] = msgspec.to_builtins(ReplayReply(replay=replay))
+        return out
+
+    # -- transports --
+
+    async def serve_stdio(self) -> None:
+        """Serve one session on standard input and output until the client hangs up."""
+        await self.prepare()
+        async with stdio_server() as (read, write):
+            try:
+                await self._server.run(read, write, self._server.create_initialization_options())
+            finally:
+                with anyio.CancelScope(shield=True):
+                    for state in list(self._sessions.values()):
+                        await state.end()
+
+    async def serve_http(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        idle: float = SESSION_IDLE,
+        allowed_hosts: Iterable[str] = (),
+        allowed_origins: Iterable[str] = (),
+        ready: Callable[[str], Any] | None = None,
+    ) -> None:
+        """Serve over streamable HTTP at ``http://host:port/mcp`` until cancelled (asyncio
+        only: the HTTP server is uvicorn). ``ready`` is told the URL once it listens.
+
+        Requests naming a host other than the one served (DNS rebinding) and cross-origin
+        requests from a browser page are refused; ``allowed_hosts`` and
+        ``allowed_origins`` add to what is accepted (``host:*`` matches any port).
+        """
+        import uvicorn
+
+        if not (idle > 0 and math.isfinite(idle)):
+            raise ValueError(f"idle must be a positive number of seconds, got {idle!r}")
+        await self.prepare()
+        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        bound = sock.getsockname()[1]
+        names = _host_names(host)
+        security = TransportSecuritySettings(
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=[*(f"{n}:{bound}" for n in names), *allowed_hosts],
+            allowed_origins=[*(f"http://{n}:{bound}" for n in names), *allowed_origins],
+        )
+        app = self._server.streamable_http_app(
+            host=host,
+            transport_security=security,
+            # The SDK's idle timeout counts a client's open event stream as a request in
+            # flight, so a client that holds one is never idle; ours counts requests
+            # started (the keep-alive pings among them).
+            session_idle_timeout=None,
+        )
+        uv = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+        url = f"http://{_url_host(host)}:{bound}/mcp"
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._expire_idle, idle)
+                tg.start_soon(uv.serve, [sock])
+                while not uv.started:  # noqa: ASYNC110 (uvicorn says so by a flag only)
+                    await anyio.sleep(0.01)
+                if ready is not None:
+                    ready(url)
+                try:
+                    await anyio.sleep_forever()
+                finally:
+                    uv.should_exit = True
+                    tg.cancel_scope.cancel()
+        finally:
+            sock.close()
+            with anyio.CancelScope(shield=True):
+                for state in list(self._sessions.values()):
+                    await state.end()
+
+    async def _expire_idle(self, idle: float) -> None:
+        while True:
+            await anyio.sleep(min(idle / 4, 5.0))
+            now = time.monotonic()
+            for state in self.sessions:
+                if now - state.last_request > idle:
+                    await self._close_session(state)
+
+    async def _close_session(self, state: _Session) -> None:
+        await state.end()
+        if state.session_id is None:
+            return
+        manager = self._server.session_manager
+        transport = manager._server_instances.get(state.session_id)
+        if transport is not None:
+            await transport.terminate()
+
+
+def _call_token(params: Mapping[str, Any] | None) -> str | None:
+    meta = (params or {}).get("_meta") or {}
+    mine = meta.get(CAPABILITY_KEY) if isinstance(meta, Mapping) else None
+    token = mine.get("call") if isinstance(mine, Mapping) else None
+    return token if isinstance(token, str) else None
+
+
+def _invoker(ctx: ServerRequestContext[Any], token: str) -> Callable[[Call], Any]:
+    async def invoke(call: Call) -> Result:
+        try:
+            got = await ctx.session.send_request(
+                _InvokeRequest(  # type: ignore[arg-type]
+                    params=_InvokeParams(call=token, tool=call.tool, arguments=call.arguments)
+                ),
+                _InvokeResult,
+                metadata=ServerMessageMetadata(related_request_id=ctx.request_id),
+            )
+        except Exception as exc:
+            return Result(
+                text=f"{call.tool}: the session could not decide it: {exc}",
+                is_error=True,
+                kind=Kind.TRANSIENT,
+            )
+        kind = Kind(got.kind) if got.kind is not None and got.kind in set(Kind) else None
+        return Result(text=got.text, data=got.data, is_error=got.is_error, kind=kind)
+
+    return invoke
+
+
+def _mcp_result(result: Result) -> types.CallToolResult:
+    structured = None
+    wrapped = False
+    if result.data is not None:
+        if isinstance(result.data, dict):
+            structured = result.data
+        else:
+            structured, wrapped = {"value": result.data}, True
+    meta: dict[str, Any] = {"wrapped": wrapped}
+    if result.kind is not None:
+        meta["kind"] = result.kind.value
+    return types.CallToolResult(
+        content=[types.TextContent(text=result.text)],
+        structured_content=structured,
+        is_error=result.is_error,
+        _meta={CAPABILITY_KEY: meta},
+    )
+
+
+def _host_names(host: str) -> list[str]:
+    if host in ("127.0.0.1", "localhost", "::1"):
+        return ["127.0.0.1", "localhost", "[::1]"]
+    return [_url_host(host)]
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
