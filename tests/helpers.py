@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+import anyio
 
 from protocol import FdChannel
 
@@ -53,3 +55,13 @@ def spawn_peer(mode: str, arg: str = "") -> Iterator[PeerProcess]:
         if proc.poll() is None:
             proc.kill()
         proc.wait(timeout=30)
+
+
+async def until(condition: Callable[[], bool], seconds: float = 10.0) -> None:
+    """Wait until ``condition()`` holds, looking every 20 ms; fail after ``seconds``.
+
+    For states that nothing announces (a process gone, a file written by another process).
+    """
+    with anyio.fail_after(seconds):
+        while not condition():  # noqa: ASYNC110 (nothing announces these states)
+            await anyio.sleep(0.02)

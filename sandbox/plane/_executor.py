@@ -57,6 +57,8 @@ class Executor(Protocol):
         Raises:
             UnknownTool: no such tool.
             FactsUnavailable: the reading failed or timed out; the call is blocked.
+            PlaneError: a remote executor's connection state (Unreachable, Changed,
+                ExecutorClosed), which blocks the call just as well.
         """
         ...
 

@@ -119,9 +119,21 @@ def _connection_failure(exc: BaseException) -> bool:
         return any(_connection_failure(e) for e in exc.exceptions)
     if isinstance(exc, MCPError):
         return exc.error.code == types.CONNECTION_CLOSED
+    if isinstance(exc, TimeoutError):  # an OSError, but our own deadline's: the link is fine
+        return False
     return isinstance(
         exc, anyio.ClosedResourceError | anyio.BrokenResourceError | anyio.EndOfStream | OSError
     ) or type(exc).__module__.startswith(("httpx", "httpcore"))
+
+
+def _session_gone(exc: BaseException) -> bool:
+    """Whether an HTTP server refused the request because the session has ended (it expired,
+    or the server restarted): the request was not read, and a new session is needed."""
+    return (
+        isinstance(exc, MCPError)
+        and exc.error.code == types.INVALID_REQUEST
+        and "session not found" in exc.error.message.lower()
+    )
 
 
 def _refusal(exc: BaseException) -> NotAnExecutor | None:
@@ -225,24 +237,31 @@ class Remote:
         for what, value in (("keepalive", keepalive), ("facts_timeout", facts_timeout)):
             if value is not None and not (value > 0 and math.isfinite(value)):
                 raise ValueError(f"{what} must be a positive number of seconds, got {value!r}")
-        async with anyio.create_task_group() as tg:
-            remote = cls(
-                dialer,
-                tg,
-                redial=redial,
-                budget=budget,
-                keepalive=keepalive,
-                facts_timeout=facts_timeout,
-                name=name,
-                version=version,
-                warn=warn,
-            )
-            try:
-                remote._first = remote._conn = await remote._open()
-                yield remote
-            finally:
-                remote._closed = True
-                tg.cancel_scope.cancel()
+        try:
+            async with anyio.create_task_group() as tg:
+                remote = cls(
+                    dialer,
+                    tg,
+                    redial=redial,
+                    budget=budget,
+                    keepalive=keepalive,
+                    facts_timeout=facts_timeout,
+                    name=name,
+                    version=version,
+                    warn=warn,
+                )
+                try:
+                    remote._first = remote._conn = await remote._open()
+                    yield remote
+                finally:
+                    remote._closed = True
+                    tg.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            # The connection's own tasks never raise: what is in the group is the body's
+            # (or the first connection's) error, raised as itself.
+            if len(group.exceptions) == 1:
+                raise group.exceptions[0] from None
+            raise
 
     @classmethod
     def dial(cls, dialer: Dialer, **options: Any) -> AbstractAsyncContextManager[Remote]:
@@ -271,6 +290,12 @@ class Remote:
     def server(self) -> tuple[str, str]:
         """The name and version the executor gave at initialize (the latest connection's)."""
         return (self._conn or self._identity()).server
+
+    @property
+    def connected(self) -> bool:
+        """Whether the current connection is up, as far as this client knows (it learns of
+        a loss when the transport ends, a ping fails, or a request does)."""
+        return self._conn is not None and self._conn.alive and not self._closed
 
     def _identity(self) -> _Connection:
         if self._first is None:
@@ -392,19 +417,22 @@ class Remote:
         try:
             return await send(conn.session)
         except Exception as exc:
-            if not _connection_failure(exc) and conn.alive:
+            refused = _session_gone(exc)
+            if not refused and not _connection_failure(exc) and conn.alive:
                 raise
             conn.lost.set()
-            if not reading:
+            if not reading and not refused:
                 raise CallLost(
                     f"the connection was lost during the call: {_describe(exc)}"
                 ) from exc
-        conn = await self._current()  # a reading is read again once, on a new connection
+        # A reading is read again once on a new connection; so is a call the server
+        # refused unread because its session had ended (it never ran).
+        conn = await self._current()
         assert conn.session is not None
         try:
             return await send(conn.session)
         except Exception as exc:
-            if _connection_failure(exc):
+            if _connection_failure(exc) or _session_gone(exc):
                 conn.lost.set()
                 raise Unreachable(f"the connection was lost again: {_describe(exc)}") from exc
             raise
@@ -479,9 +507,12 @@ class Remote:
         ``context.invoke`` (the session's policy), while it runs."""
         self._known(call)
         token = uuid.uuid4().hex
+        meta: Any = None
         if context is not None and context.invoke is not None:
+            # The program calls this call makes come back here, named by the token; without
+            # one, no session decides them and the executor makes them itself.
             self._invokes[token] = context.invoke
-        meta: Any = {CAPABILITY_KEY: {"call": token}}
+            meta = {CAPABILITY_KEY: {"call": token}}
 
         async def send(session: ClientSession) -> types.CallToolResult:
             return await session.call_tool(call.tool, call.arguments, meta=meta)

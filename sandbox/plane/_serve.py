@@ -9,11 +9,9 @@ decided when the client says it decides them (``invoke``).
 
 from __future__ import annotations
 
-import contextlib
 import math
 import socket
 import time
-import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, final
 
@@ -22,8 +20,8 @@ import mcp_types as types
 import msgspec
 import pydantic
 from mcp.server import Server
+from mcp.server.connection import Connection
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
-from mcp.server.session import ServerSession
 from mcp.server.stdio import stdio_server
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.message import ServerMessageMetadata
@@ -148,9 +146,7 @@ class ExecutorServer:
         self.descriptor = probe.descriptor
         self._probe = probe
         self.name, self.version, self.level = name, version, level
-        self._sessions: weakref.WeakKeyDictionary[ServerSession, _Session] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._live: set[_Session] = set()
         self._capability: dict[str, Any] | None = None
         self._server = self._build()
 
@@ -182,7 +178,7 @@ class ExecutorServer:
     @property
     def sessions(self) -> list[_Session]:
         """The sessions that have tools and have not ended."""
-        return [s for s in self._sessions.values() if not s.ended]
+        return [s for s in self._live if not s.ended]
 
     # -- the MCP server --
 
@@ -209,19 +205,20 @@ class ExecutorServer:
     async def _middleware(
         self, ctx: ServerRequestContext[Any], call_next: CallNext
     ) -> HandlerResult:
-        state = self._sessions.get(ctx.session)
-        if state is not None:
+        state = _connection_of(ctx).state.get(CAPABILITY_KEY)
+        if isinstance(state, _Session):
             state.last_request = time.monotonic()
         return await call_next(ctx)
 
     def _state(self, ctx: ServerRequestContext[Any]) -> _Session:
         """The session's state, made at its first request after initialize."""
-        state = self._sessions.get(ctx.session)
-        if state is not None:
+        connection = _connection_of(ctx)
+        state = connection.state.get(CAPABILITY_KEY)
+        if isinstance(state, _Session):
             if state.ended:
                 raise PlaneError("the session has ended")
             return state
-        caps = ctx.session.client_capabilities
+        caps = connection.client_capabilities
         raw = (caps.experimental or {}).get(CAPABILITY_KEY) if caps is not None else None
         try:
             asked = msgspec.convert(raw, Asked) if raw is not None else Asked()
@@ -233,12 +230,17 @@ class ExecutorServer:
         executor = InProcess(
             self._make(budget), descriptor=self.descriptor, facts_timeout=self._facts_timeout
         )
-        connection = getattr(ctx.session, "_connection", None)
-        state = _Session(executor, asked, getattr(connection, "session_id", None))
-        self._sessions[ctx.session] = state
-        stack = getattr(connection, "exit_stack", None)
-        if isinstance(stack, contextlib.AsyncExitStack):
-            stack.push_async_callback(state.end)
+        state = _Session(executor, asked, connection.session_id)
+        connection.state[CAPABILITY_KEY] = state
+        self._live.add(state)
+
+        async def ended() -> None:
+            self._live.discard(state)
+            await state.end()
+
+        # However the session ends (the client hangs up or deletes it, it expires, the
+        # server stops), its calls are cancelled and its tools closed.
+        connection.exit_stack.push_async_callback(ended)
         return state
 
     async def _list_tools(
@@ -290,15 +292,22 @@ class ExecutorServer:
     async def _facts(self, ctx: ServerRequestContext[Any], params: _CallsParams) -> dict[str, Any]:
         state = self._state(ctx)
         calls = msgspec.convert(params.calls, list[WireCall])
-        readings: list[FactsReading] = []
-        for c in calls:
+        readings: list[FactsReading] = [FactsReading()] * len(calls)
+
+        async def read(i: int, c: WireCall) -> None:
             try:
                 facts = await state.executor.facts(Call(tool=c.tool, arguments=c.arguments))
-                readings.append(FactsReading(facts=facts))
+                readings[i] = FactsReading(facts=facts)
             except UnknownTool as exc:
-                readings.append(FactsReading(error=str(exc), unknown_tool=True))
+                readings[i] = FactsReading(error=str(exc), unknown_tool=True)
             except PlaneError as exc:
-                readings.append(FactsReading(error=str(exc)))
+                readings[i] = FactsReading(error=str(exc))
+
+        # One request's readings are read side by side: the batch takes as long as its
+        # slowest reading, within the one timeout the client gave the request.
+        async with anyio.create_task_group() as tg:
+            for i, c in enumerate(calls):
+                tg.start_soon(read, i, c)
         out: dict[str, Any] = msgspec.to_builtins(FactsReply(readings=tuple(readings)))
         return out
 
@@ -320,7 +329,7 @@ class ExecutorServer:
                 await self._server.run(read, write, self._server.create_initialization_options())
             finally:
                 with anyio.CancelScope(shield=True):
-                    for state in list(self._sessions.values()):
+                    for state in list(self._live):
                         await state.end()
 
     async def serve_http(
@@ -381,7 +390,7 @@ class ExecutorServer:
         finally:
             sock.close()
             with anyio.CancelScope(shield=True):
-                for state in list(self._sessions.values()):
+                for state in list(self._live):
                     await state.end()
 
     async def _expire_idle(self, idle: float) -> None:
@@ -400,6 +409,13 @@ class ExecutorServer:
         transport = manager._server_instances.get(state.session_id)
         if transport is not None:
             await transport.terminate()
+
+
+def _connection_of(ctx: ServerRequestContext[Any]) -> Connection:
+    """The connection a request came on: what lasts as long as the client's session (the
+    SDK builds a ServerSession per request, and keeps the connection private)."""
+    connection: Connection = ctx.session._connection
+    return connection
 
 
 def _call_token(params: Mapping[str, Any] | None) -> str | None:

@@ -1,0 +1,64 @@
+"""Tools that the execution-plane tests serve with ``sandbox serve --tools``."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import anyio
+
+from sandbox import plane
+
+
+def _append(path: str, line: str) -> None:
+    with Path(path).open("a") as f:  # a line, at once: no reader sees half of it
+        f.write(line)
+
+
+def pid() -> int:
+    """The serving process's pid."""
+    return os.getpid()
+
+
+async def mark(path: str, seconds: float = 0.0) -> str:
+    """Append a line to ``path``, then wait ``seconds``."""
+    _append(path, f"{os.getpid()}\n")
+    await anyio.sleep(seconds)
+    return "marked"
+
+
+async def _slow_facts(path: str, seconds: float = 0.0) -> plane.Facts:
+    _append(str(Path(path).with_suffix(".readings")), f"{os.getpid()}\n")
+    await anyio.sleep(seconds)
+    return plane.Facts(writes=(path,))
+
+
+def lookup(key: str) -> str:
+    """Look a key up."""
+    return key.upper()
+
+
+def clock() -> float:
+    """The server's clock."""
+    return time.time()
+
+
+_TOOLS = [
+    plane.FunctionTool(pid, annotations=plane.Annotations(read_only=True)),
+    plane.FunctionTool(mark, facts=_slow_facts),
+    plane.FunctionTool(
+        lookup,
+        annotations=plane.Annotations(read_only=True),
+        facts=lambda key: plane.Facts(reads=(f"/db/{key}",)),
+        replay=plane.Replay.YES,
+    ),
+]
+
+#: With SERVED_TOOLS=other in its environment, the server is another executor: the same
+#: tools but one, for "the executor changed".
+TOOLS = (
+    [*_TOOLS[:2], plane.FunctionTool(clock)]
+    if os.environ.get("SERVED_TOOLS") == "other"
+    else _TOOLS
+)
