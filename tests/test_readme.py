@@ -106,3 +106,19 @@ def test_readme_commands_on_a_fresh_clone(tmp_path: Path) -> None:
         )
         output = proc.stdout + proc.stderr
         assert proc.returncode == 0, f"{command!r} exited {proc.returncode}:\n{output[-20000:]}"
+
+
+def test_readme_plane_example_runs(tmp_path: Path) -> None:
+    """The execution plane's example in the README runs and prints what it says it does."""
+    readme = (ROOT / "README.md").read_text()
+    section = re.search(r"^## The execution plane.*?(?=^##\s)", readme, re.MULTILINE | re.DOTALL)
+    assert section, "the README has no execution plane section"
+    block = re.search(r"```python\n(.*?)```", section.group(0), re.DOTALL)
+    assert block, "the section has no python example"
+    script = tmp_path / "example.py"
+    script.write_text(block.group(1))
+    done = subprocess.run(
+        [sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "denied"

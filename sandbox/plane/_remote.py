@@ -8,7 +8,7 @@ import os
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Final, final
+from typing import Any, Final, Literal, final
 
 import anyio
 import anyio.abc
@@ -93,7 +93,20 @@ def http(url: str) -> Dialer:
     """A dialer of the executor served at ``url`` (``http://127.0.0.1:PORT/mcp``)."""
     if not url.startswith(("http://", "https://")):
         raise ValueError(f"not an http(s) URL: {url!r}")
-    return lambda: streamable_http_client(url)
+    return _HttpDialer(url)
+
+
+@final
+class _HttpDialer:
+    """Dials ``url``; a Remote over it pings every :data:`KEEPALIVE` unless told otherwise."""
+
+    keepalive = KEEPALIVE
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def __call__(self) -> AbstractAsyncContextManager[Any]:
+        return streamable_http_client(self.url)
 
 
 @final
@@ -209,7 +222,7 @@ class Remote:
         dialer: Dialer,
         *,
         budget: Budget | None = None,
-        keepalive: float | None = None,
+        keepalive: float | Literal["auto"] | None = "auto",
         facts_timeout: float = FACTS_TIMEOUT,
         name: str = "sandbox",
         version: str = "1",
@@ -224,7 +237,9 @@ class Remote:
                 transport's streams.
             budget: the run budget this session asks for; the executor caps each item at
                 its ceilings (None asks for the ceilings).
-            keepalive: seconds between pings (None: no pings; :data:`KEEPALIVE` over HTTP).
+            keepalive: seconds between pings; None for none; ``"auto"``: every
+                :data:`KEEPALIVE` over HTTP (well within the server's idle limit), none over
+                stdio (the server lives as long as the connection).
             facts_timeout: seconds a facts or replay request may take.
             name, version: this client, as the server is told.
             warn: told, in a line, when the connection is lost and made again, or when the
@@ -234,6 +249,8 @@ class Remote:
             NotAnExecutor: the server failed a check (a subclass says which).
             Unreachable: the server could not be reached, or did not answer in time.
         """
+        if keepalive == "auto":
+            keepalive = getattr(dialer, "keepalive", None)
         for what, value in (("keepalive", keepalive), ("facts_timeout", facts_timeout)):
             if value is not None and not (value > 0 and math.isfinite(value)):
                 raise ValueError(f"{what} must be a positive number of seconds, got {value!r}")

@@ -355,8 +355,12 @@ class ExecutorServer:
             raise ValueError(f"idle must be a positive number of seconds, got {idle!r}")
         await self.prepare()
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+        except BaseException:
+            sock.close()
+            raise
         bound = sock.getsockname()[1]
         names = _host_names(host)
         security = TransportSecuritySettings(

@@ -175,6 +175,22 @@ async def test_claims_and_calls_are_the_executors() -> None:
         assert isinstance(got[2], plane.UnknownTool)
 
 
+async def test_a_slow_reading_blocks_its_call_and_leaves_the_connection_up(
+    tmp_path: Path,
+) -> None:
+    slow = plane.Call(tool="mark", arguments={"path": str(tmp_path / "t"), "seconds": 5})
+    async with plane.Remote.connect(plane.stdio(serve_command()), facts_timeout=1) as remote:
+        with anyio.fail_after(4), pytest.raises(plane.FactsUnavailable, match="longer"):
+            await remote.facts(slow)
+        assert remote.connected
+        assert (await remote.call(plane.Call(tool="lookup", arguments={"key": "a"}))).data == "A"
+        # Through a session, the call is blocked and never runs.
+        s = await plane.Set.bind(remote)
+        with anyio.fail_after(4), pytest.raises(plane.FactsUnavailable):
+            await s.call(slow)
+    assert not await anyio.Path(tmp_path / "t").exists()
+
+
 async def test_a_programs_host_calls_come_back_to_the_sessions_policy() -> None:
     seen: list[str] = []
 
