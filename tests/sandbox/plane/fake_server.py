@@ -24,7 +24,8 @@ KEY = "io.github.sandbox-runtime/executor"
 
 def fake_dialer(config: dict[str, Any]) -> plane.Dialer:
     """A dialer of a server advertising ``config["capability"]`` (if there is one) and
-    listing ``config["tools"]``: each ``{"name", "readOnly"?, "meta"?}``."""
+    listing ``config["tools"]``: each ``{"name", "readOnly"?, "meta"?}``. With
+    ``config["facts"]``, it answers the facts method with that, whatever is asked."""
     tools = [
         types.Tool(
             name=t["name"],
@@ -44,6 +45,13 @@ def fake_dialer(config: dict[str, Any]) -> plane.Dialer:
     @asynccontextmanager
     async def dial() -> AsyncIterator[Any]:
         server: Server[Any] = Server("fake", version="0", on_list_tools=list_tools)
+        if "facts" in config:
+
+            async def facts(ctx: ServerRequestContext[Any], params: Any) -> dict[str, Any]:
+                reply: dict[str, Any] = config["facts"]
+                return reply
+
+            server.add_request_handler(f"{KEY}/facts", types.RequestParams, facts)
         experimental = {KEY: config["capability"]} if "capability" in config else None
         options = server.create_initialization_options(experimental_capabilities=experimental)
         async with (

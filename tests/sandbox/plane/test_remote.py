@@ -134,6 +134,26 @@ async def test_the_corrected_server_connects() -> None:
         assert remote.server == ("fake", "0")
 
 
+@pytest.mark.parametrize(
+    "reply",
+    [
+        pytest.param(None, id="no-facts-method"),
+        pytest.param({"readings": "none"}, id="undecodable"),
+        pytest.param({"readings": []}, id="too-few"),
+        pytest.param({"readings": [{"facts": {"reads": 5}}]}, id="bad-facts"),
+    ],
+)
+async def test_a_reading_the_server_botches_blocks_the_call(reply: dict[str, Any] | None) -> None:
+    config = GOOD if reply is None else {**GOOD, "facts": reply}
+    async with plane.Remote.connect(fake_dialer(config)) as remote:
+        with pytest.raises(plane.FactsUnavailable):
+            await remote.facts(plane.Call(tool="a"))
+        s = await plane.Set.bind(remote)
+        with pytest.raises(plane.FactsUnavailable):
+            await s.call(plane.Call(tool="a"))
+        assert remote.connected
+
+
 async def test_the_executor_order_is_the_capabilitys_not_the_listings() -> None:
     config = variant(tools=list(reversed(GOOD["tools"])))
     async with plane.Remote.connect(fake_dialer(config)) as remote:
