@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[mcp,test,dev,bench]'
+	$(BIN)/python -m pip install --quiet -e '.[mcp,agent,test,dev,bench]'
 	touch $(STAMP)
 
 demo: $(STAMP)
