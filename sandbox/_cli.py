@@ -101,6 +101,9 @@ def _parser() -> argparse.ArgumentParser:
     from .plane._command import add_serve_parser
 
     add_serve_parser(sub)
+    from .agent._command import add_agent_parser
+
+    add_agent_parser(sub)
     return parser
 
 
@@ -276,6 +279,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .plane._command import serve
 
         return serve(args)
+    if args.command == "agent":
+        from .agent._command import agent
+
+        return agent(args)
     if args.program == "-":
         source = sys.stdin.read()
     else:

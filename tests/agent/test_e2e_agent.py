@@ -1,0 +1,139 @@
+"""End to end: a model behind a real HTTP server on loopback (scripted) writes a program that
+calls host tools concurrently inside a confined sandbox, and then finishes; and the same
+through ``sandbox agent``, resumed from its trajectory file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from sandbox import Budget, confinement_gaps, plane
+from sandbox._cli import main
+from sandbox.agent import Agent, ContextWindow, OpenAICaller, PlaneTools
+
+from .scripted import ScriptedServer, reply
+
+pytestmark = pytest.mark.timeout(120)
+
+PROGRAM = """
+import asyncio
+found = await asyncio.gather(*(host.lookup(key=k) for k in ["alpha", "beta", "gamma"]))
+try:
+    await host.remove(path="/etc/hosts")
+    removed = "removed"
+except Exception as exc:
+    removed = exc.kind
+{"found": found, "removed": removed}
+"""
+
+
+def tool_message(body: dict[str, Any]) -> str:
+    content: str = next(m["content"] for m in reversed(body["messages"]) if m["role"] == "tool")
+    return content
+
+
+def finish_with_program_value(body: dict[str, Any]) -> dict[str, Any]:
+    value = json.loads(tool_message(body))["value"]
+    answer = f"found {', '.join(value['found'])}; remove was {value['removed']}"
+    return reply(tool_calls=[("call_2", "finish", {"answer": answer})])
+
+
+@pytest.mark.anyio
+@pytest.mark.skipif(bool(confinement_gaps()), reason="this host cannot confine")
+async def test_a_model_runs_a_confined_program_that_calls_host_tools_then_finishes() -> None:
+    inflight = 0
+    most = 0
+    removed: list[str] = []
+
+    async def lookup(key: str) -> str:
+        """Look a key up (takes a while)."""
+        nonlocal inflight, most
+        inflight += 1
+        most = max(most, inflight)
+        await anyio.sleep(0.3)
+        inflight -= 1
+        return key.upper()
+
+    def remove(path: str) -> None:
+        """Remove a file."""
+        removed.append(path)
+
+    def policy(call: plane.Call, tool: plane.ToolInfo, facts: plane.Facts) -> plane.Decision:
+        return plane.deny("nothing is removed here") if call.tool == "remove" else plane.ALLOW
+
+    executor = plane.InProcess(
+        [
+            plane.FunctionTool(lookup, annotations=plane.Annotations(read_only=True)),
+            plane.FunctionTool(remove, facts=lambda path: plane.Facts(writes=(path,))),
+            plane.ProgramTool(level="confined", budget=Budget(wall_clock=30, max_calls=10)),
+        ]
+    )
+    script: list[Any] = [
+        reply(
+            "I will look all three up at once.",
+            tool_calls=[("call_1", "run_program", {"code": PROGRAM})],
+        ),
+        finish_with_program_value,
+    ]
+    with ScriptedServer(script) as server:
+        tools = PlaneTools(await plane.Set.bind(executor, policy=policy))
+        async with OpenAICaller("scripted", base_url=server.base_url, max_retries=0) as caller:
+            agent = Agent(caller, tools, 5)
+            window = ContextWindow(system="system", task="look up three keys", max_tokens=50_000)
+            result = await agent.run(tools.specs(), window)
+        requests = server.requests
+    await executor.aclose()
+    assert result.finished, result.output
+    assert result.output == "found ALPHA, BETA, GAMMA; remove was denied"
+    assert most == 3, "the program's three host calls were in flight together"
+    assert removed == [], "the policy refused the program's call of remove"
+    assert len(requests) == 2
+    ran = json.loads(tool_message(requests[1]))
+    assert (ran["ok"], ran["calls"]) == (True, 4)
+    offered = {t["function"]["name"] for t in requests[0]["tools"]}
+    assert {"lookup", "remove", "run_program", "finish", "tool_result_read"} <= offered
+
+
+TOOLS_MODULE = '''
+def lookup(key: str) -> str:
+    """Look a key up."""
+    return key.upper()
+'''
+
+
+def test_the_command_runs_writes_its_trajectory_and_resumes(tmp_path: Path) -> None:
+    tools = tmp_path / "tools.py"
+    tools.write_text(TOOLS_MODULE)
+    trajectory = tmp_path / "run.jsonl"
+    code = "await host.lookup(key='x')"
+    first = [reply(tool_calls=[("c1", "run_program", {"code": code})])]
+    with ScriptedServer(first) as server:
+        common = ["--base-url", server.base_url, "--model", "m", "--level", "process"]
+        common += ["--tools", str(tools)]
+        status = main(
+            ["agent", "find x", *common, "--max-steps", "1", "--trajectory", str(trajectory)]
+        )
+    assert status == 1, "the step limit ended it unfinished"
+    records = [json.loads(line) for line in trajectory.read_text().splitlines()]
+    assert records[0] == {"task": "find x"}
+    steps = [r["step"] for r in records if "step" in r]
+    assert [s["number"] for s in steps] == [1]
+    assert json.loads(steps[0]["observation"])["value"] == "X"
+    assert records[-1]["end"]["finished"] is False
+
+    second = [reply(tool_calls=[("c2", "finish", {"answer": "X it is"})])]
+    with ScriptedServer(second) as server:
+        common[1] = server.base_url
+        status = main(["agent", *common, "--max-steps", "3", "--resume", str(trajectory)])
+        sent = server.requests[0]["messages"]
+    assert status == 0
+    assert any(m["role"] == "tool" and '"X"' in m["content"] for m in sent), "resumed history"
+    assert sent[1] == {"role": "user", "content": "find x"}
+    records = [json.loads(line) for line in trajectory.read_text().splitlines()]
+    numbers = [r["step"]["number"] for r in records if "step" in r]
+    assert numbers == [1, 2]
+    assert records[-1]["end"] == {"finished": True, "output": "X it is", "why": "finished"}
