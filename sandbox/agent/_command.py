@@ -79,8 +79,8 @@ def read_trajectory(path: Path) -> list[Step]:
 class Terminal(Events):
     """Shows the steps as they happen, on standard error."""
 
-    def __init__(self, out: TextIO = sys.stderr) -> None:
-        self.out = out
+    def __init__(self, out: TextIO | None = None) -> None:
+        self.out = out or sys.stderr
 
     def _say(self, text: str) -> None:
         self.out.write(text + "\n")
@@ -125,8 +125,8 @@ def _short(text: str, n: int) -> str:
 class Asker:
     """The human in the loop on a terminal: asks before each call and at every limit."""
 
-    def __init__(self, out: TextIO = sys.stderr) -> None:
-        self.out = out
+    def __init__(self, out: TextIO | None = None) -> None:
+        self.out = out or sys.stderr
 
     async def _ask(self, question: str) -> str:
         self.out.write(question)

@@ -137,3 +137,77 @@ def test_the_command_runs_writes_its_trajectory_and_resumes(tmp_path: Path) -> N
     numbers = [r["step"]["number"] for r in records if "step" in r]
     assert numbers == [1, 2]
     assert records[-1]["end"] == {"finished": True, "output": "X it is", "why": "finished"}
+
+
+def test_the_command_shows_steps_live_and_says_when_the_model_fails(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from .scripted import error
+
+    script = [
+        reply("Let me check.", tool_calls=[("c1", "run_program", {"code": "6 * 7"})]),
+        reply(tool_calls=[("c2", "finish", {"answer": "42"})]),
+    ]
+    with ScriptedServer(script) as server:
+        args = ["agent", "compute", "--base-url", server.base_url, "--model", "m"]
+        assert main([*args, "--level", "process"]) == 0
+    shown = capsys.readouterr()
+    assert shown.out.strip() == "42"
+    assert "── step 1" in shown.err
+    assert "Let me check." in shown.err
+    assert "→ run_program" in shown.err
+    assert '"value":42' in shown.err
+
+    with ScriptedServer([error(401, "bad key", "invalid_api_key")]) as server:
+        args = ["agent", "compute", "--base-url", server.base_url, "--model", "m"]
+        assert main([*args, "--level", "process"]) == 4
+    assert "bad key" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["agent", "--model", "m", "--base-url", "http://127.0.0.1:9/v1"], "give a task"),
+        (
+            [
+                "agent",
+                "t",
+                "--model",
+                "m",
+                "--base-url",
+                "http://127.0.0.1:9/v1",
+                "--resume",
+                "/nonexistent.jsonl",
+            ],
+            "No such file",
+        ),
+        (
+            [
+                "agent",
+                "t",
+                "--model",
+                "m",
+                "--base-url",
+                "http://127.0.0.1:9/v1",
+                "--tools",
+                "/nonexistent.py",
+            ],
+            "cannot load tools module",
+        ),
+    ],
+)
+def test_the_command_refuses_bad_input(
+    args: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(args) == 4
+    assert says in capsys.readouterr().err
+
+
+def test_a_trajectory_that_is_not_one_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"task": "t"}\n{"step": {"number": "one"}}\n')
+    args = ["agent", "--model", "m", "--base-url", "http://127.0.0.1:9/v1", "--resume", str(bad)]
+    assert main(args) == 4
+    assert "not a trajectory record" in capsys.readouterr().err
