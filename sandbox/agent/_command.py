@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -18,7 +19,7 @@ from .. import plane
 from .._errors import SandboxError
 from .._levels import Level, confinement_gaps
 from ._hooks import Approval, Events, Grant, Verdict
-from ._loop import Agent, TrajectoryStore
+from ._loop import Agent, TrajectoryStore, VerifyResult
 from ._types import (
     AgentResult,
     CompactionResult,
@@ -207,6 +208,13 @@ def add_agent_parser(sub: Any) -> None:
     a.add_argument("--trajectory", type=Path, help="write the steps here as JSONL")
     a.add_argument("--resume", type=Path, help="continue the run of this trajectory file")
     a.add_argument("--dump", type=Path, help="write every model request and response (JSONL)")
+    a.add_argument(
+        "--verify",
+        metavar="COMMAND",
+        help="after a response whose edit succeeded, run COMMAND (a shell command: tests, "
+        "lint, a build) and show the model its result; it is yours, never the model's",
+    )
+    a.add_argument("--verify-timeout", type=float, default=300.0, help="seconds COMMAND may take")
 
 
 def agent(args: argparse.Namespace) -> int:
@@ -275,6 +283,7 @@ def agent(args: argparse.Namespace) -> int:
                 caller,
                 tools,
                 args.max_steps,
+                verify=_verifier(args.verify, args.verify_timeout) if args.verify else None,
                 events=Terminal(),
                 human=Asker() if args.approve else None,
                 resume=resumed,
@@ -302,6 +311,22 @@ def agent(args: argparse.Namespace) -> int:
         return anyio.run(main)
     except KeyboardInterrupt:
         return EXIT_UNFINISHED
+
+
+def _verifier(command: str, timeout: float) -> Callable[[], Awaitable[VerifyResult]]:
+    """The host's verification: ``command`` in a shell, its output and exit status."""
+
+    async def verify() -> VerifyResult:
+        with anyio.move_on_after(timeout) as scope:
+            done = await anyio.run_process(
+                command, check=False, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
+            output = done.stdout.decode(errors="replace")
+            return VerifyResult(output=output, exit_code=done.returncode)
+        assert scope.cancelled_caught
+        return VerifyResult(timed_out=True, timeout=timeout)
+
+    return verify
 
 
 def _append(path: Path) -> TextIO:

@@ -211,3 +211,34 @@ def test_a_trajectory_that_is_not_one_is_refused(
     args = ["agent", "--model", "m", "--base-url", "http://127.0.0.1:9/v1", "--resume", str(bad)]
     assert main(args) == 4
     assert "not a trajectory record" in capsys.readouterr().err
+
+
+def test_the_commands_verification_is_the_hosts(tmp_path: Path) -> None:
+    tools = tmp_path / "edit_tools.py"
+    tools.write_text(
+        "from pathlib import Path\n\n\n"
+        "def write_file(path: str, content: str) -> str:\n"
+        '    """Write a file."""\n'
+        f"    Path({str(tmp_path)!r}, path).write_text(content)\n"
+        '    return "written"\n'
+    )
+    script = [
+        reply(tool_calls=[("c1", "write_file", {"path": "a.txt", "content": "hi"})]),
+        reply(tool_calls=[("c2", "finish", {"answer": "edited"})]),
+    ]
+    with ScriptedServer(script) as server:
+        args = ["agent", "edit", "--base-url", server.base_url, "--model", "m"]
+        args += ["--level", "process", "--tools", str(tools)]
+        args += ["--verify", "cat a.txt; echo ' checked'; exit 3"]
+        import os
+
+        here = os.getcwd()
+        os.chdir(tmp_path)
+        try:
+            assert main(args) == 0
+        finally:
+            os.chdir(here)
+        observed = tool_message(server.requests[1])
+    assert observed.startswith("written")
+    assert "[verify_on_edit] FAILED (exit 3): fix the failures" in observed
+    assert "hi checked" in observed

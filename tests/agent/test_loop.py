@@ -571,3 +571,27 @@ async def test_fruitless_calls_can_be_allowed_to_go_on() -> None:
     result = await run(Script(*calls, finish("kept going")), Tools(), human=human)
     assert (result.finished, result.output) == (True, "kept going")
     assert [a for a in human.asked if a.startswith("breaker")] == ["breaker fruitless"]
+
+
+async def test_assistant_events_can_be_suppressed() -> None:
+    class Count(Events):
+        def __init__(self) -> None:
+            self.done = 0
+            self.thoughts = 0
+
+        def assistant_done(self, step: int, content: str) -> None:
+            self.done += 1
+
+        def thought(self, step: int, content: str, reasoning: str) -> None:
+            self.thoughts += 1
+
+    shown, hidden = Count(), Count()
+    await run(Script(act(("echo", {"text": "a"})), finish()), Tools(), events=shown)
+    await run(
+        Script(act(("echo", {"text": "a"})), finish()),
+        Tools(),
+        events=hidden,
+        suppress_assistant_events=True,
+    )
+    assert (shown.done, shown.thoughts) == (2, 2)
+    assert (hidden.done, hidden.thoughts) == (0, 2)
