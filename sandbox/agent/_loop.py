@@ -762,9 +762,9 @@ class _Run:
             and check.percent >= self.a.pre_warning_percent
             and not self.warned_fill
         ):
-            self.warned_fill = True
             outputs = self.context.vulnerable_outputs()
-            if outputs:
+            if outputs:  # warned once, when there is something to warn of
+                self.warned_fill = True
                 listed = "; ".join(f"{o.tool_name} ({o.input_hint})" for o in outputs[:10])
                 self._record(
                     Step(

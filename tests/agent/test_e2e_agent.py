@@ -164,36 +164,17 @@ def test_the_command_shows_steps_live_and_says_when_the_model_fails(
     assert "bad key" in capsys.readouterr().err
 
 
+#: A command that would reach no model: each refusal must come before it tries.
+NOWHERE = ["agent", "--model", "m", "--base-url", "http://127.0.0.1:9/v1"]
+
+
 @pytest.mark.parametrize(
     ("args", "says"),
     [
-        (["agent", "--model", "m", "--base-url", "http://127.0.0.1:9/v1"], "give a task"),
-        (
-            [
-                "agent",
-                "t",
-                "--model",
-                "m",
-                "--base-url",
-                "http://127.0.0.1:9/v1",
-                "--resume",
-                "/nonexistent.jsonl",
-            ],
-            "No such file",
-        ),
-        (
-            [
-                "agent",
-                "t",
-                "--model",
-                "m",
-                "--base-url",
-                "http://127.0.0.1:9/v1",
-                "--tools",
-                "/nonexistent.py",
-            ],
-            "cannot load tools module",
-        ),
+        (NOWHERE, "give a task"),
+        ([*NOWHERE, "t", "--resume", "/nonexistent.jsonl"], "No such file"),
+        ([*NOWHERE, "t", "--tools", "/nonexistent.py"], "cannot load tools module"),
+        ([*NOWHERE, "t", "--max-calls", "-1"], "max_calls"),
     ],
 )
 def test_the_command_refuses_bad_input(
@@ -208,7 +189,7 @@ def test_a_trajectory_that_is_not_one_is_refused(
 ) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"task": "t"}\n{"step": {"number": "one"}}\n')
-    args = ["agent", "--model", "m", "--base-url", "http://127.0.0.1:9/v1", "--resume", str(bad)]
+    args = [*NOWHERE, "--resume", str(bad)]
     assert main(args) == 4
     assert "not a trajectory record" in capsys.readouterr().err
 

@@ -595,3 +595,32 @@ async def test_assistant_events_can_be_suppressed() -> None:
     )
     assert (shown.done, shown.thoughts) == (2, 2)
     assert (hidden.done, hidden.thoughts) == (0, 2)
+
+
+async def test_verification_output_is_capped(tmp_path: Path) -> None:
+    async def verify() -> VerifyResult:
+        return VerifyResult(output="é" * 10_000, exit_code=0)
+
+    script = Script(act(("write_file", {"path": "a", "content": "x"})), finish())
+    result = await run(script, Tools(tmp_path), verify=verify, verify_cap=100)
+    observation = result.steps[0].observation
+    assert "[verify_on_edit] passed" in observation
+    assert observation.count("é") == 100
+    assert "verification output cut" in observation
+
+
+async def test_the_model_is_warned_of_results_about_to_be_pruned() -> None:
+    calls = [act(("big", {"lines": 20 + i})) for i in range(9)]
+    script = Script(*calls, finish())
+    window = ContextWindow(system="s", task="t", max_tokens=8000)
+    agent, tools, _ = await agent_for(script, Tools(), pre_warning_percent=10, context=window)
+    result = await agent.run(tools.specs(), window)
+    assert result.finished
+    warnings = [
+        m.content
+        for r in script.requests
+        for m in r.messages
+        if m.role == "user" and "will be pruned soon" in m.content
+    ]
+    assert warnings, "no request carried the warning"
+    assert "big (" in warnings[0]
