@@ -613,7 +613,7 @@ async def test_the_model_is_warned_of_results_about_to_be_pruned() -> None:
     calls = [act(("big", {"lines": 20 + i})) for i in range(9)]
     script = Script(*calls, finish())
     window = ContextWindow(system="s", task="t", max_tokens=8000)
-    agent, tools, _ = await agent_for(script, Tools(), pre_warning_percent=10, context=window)
+    agent, tools, _ = await agent_for(script, Tools(), pre_warning_percent=2, context=window)
     result = await agent.run(tools.specs(), window)
     assert result.finished
     warnings = [
