@@ -16,7 +16,7 @@ import anyio.to_thread
 import msgspec
 
 from .. import plane
-from .._errors import SandboxError
+from .._errors import ConfinementUnavailable, SandboxError
 from .._levels import Level, confinement_gaps
 from ._hooks import Approval, Events, Grant, Verdict
 from ._loop import Agent, TrajectoryStore, VerifyResult
@@ -232,11 +232,7 @@ def agent(args: argparse.Namespace) -> int:
             raise SandboxError("give --base-url (or set OPENAI_BASE_URL)")
         level = Level(args.level)
         if level is Level.CONFINED and (gaps := confinement_gaps()):
-            raise SandboxError(
-                "the confined level is not available here ("
-                + "; ".join(f"{k}: {v}" for k, v in gaps.items())
-                + "); use --level process"
-            )
+            raise ConfinementUnavailable(gaps)
         budget = budget_from(args)
         found = tool_objects(args.tools)
         resumed = read_trajectory(args.resume) if args.resume is not None else []

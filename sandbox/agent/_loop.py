@@ -621,7 +621,7 @@ class _Run:
             cache=self.a.cache,
             truncation=self.a.truncation,
             budget=self.a.result_budget,
-            context_tokens=self.context.available_tokens() + _used(self.context),
+            context_tokens=self.context.check_fill().max,
             counter=self.a.counter,
             source=source,
             file_path=file_path,
@@ -810,11 +810,6 @@ def _json(value: Any) -> str:
 def _path_of(arguments: dict[str, Any]) -> str | None:
     path = arguments.get("path") or arguments.get("file_path")
     return path if isinstance(path, str) else None
-
-
-def _used(context: ContextManager) -> int:
-    check = context.check_fill()
-    return check.used
 
 
 def _checklist_items(arguments: dict[str, Any]) -> list[tuple[str, bool]] | None:

@@ -8,6 +8,8 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
+import msgspec
+
 from .. import plane
 from ._types import ToolCall, ToolOutcome, ToolSpec
 
@@ -123,8 +125,6 @@ class PlaneTools:
 
 
 def _args(call: ToolCall) -> dict[str, Any]:
-    import msgspec
-
     try:
         parsed = msgspec.json.decode(call.arguments or "{}")
     except msgspec.DecodeError:

@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 
 from .._budget import Budget
-from .._errors import SandboxError
+from .._errors import ConfinementUnavailable, SandboxError
 from .._levels import Level, confinement_gaps
 from .._supervisor import Spawn
 from .._tools import Tool as HostTool
@@ -116,11 +116,7 @@ def serve(args: argparse.Namespace) -> int:
         tools_from(found)  # refuse a bad module now, not at the first session
         level = Level(args.level)
         if level is Level.CONFINED and (gaps := confinement_gaps()):
-            raise SandboxError(
-                "the confined level is not available on this host ("
-                + "; ".join(f"{k}: {v}" for k, v in gaps.items())
-                + "); serve --level process, or see `sandbox doctor`"
-            )
+            raise ConfinementUnavailable(gaps)
         spawn = Spawn(args.spawn)
         program = not args.no_program
 

@@ -58,8 +58,6 @@ SESSION_IDLE: Final = 300.0
 #: ceilings when the server is made, to check what it builds).
 Tools = Callable[[Budget], Iterable[Tool]]
 
-_ENC = msgspec.json.Encoder()
-
 
 class _CallsParams(types.RequestParams):
     calls: list[dict[str, Any]]
