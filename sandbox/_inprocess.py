@@ -23,12 +23,12 @@ import anyio
 import anyio.to_thread
 import msgspec
 
-from protocol import VERSION, Client, FdChannel, Kind, Server, Start, StartBudget
+from protocol import VERSION, Client, FdChannel, Server, Start, StartBudget
 from runner._backends import Outcome
 from runner._backends.python import PythonBackend
 
 from ._budget import Budget
-from ._result import RunResult
+from ._result import RunResult, program_failure
 from ._tools import Toolset
 
 __all__ = ["run_in_process"]
@@ -85,7 +85,5 @@ async def run_in_process(program: str, toolset: Toolset, budget: Budget) -> RunR
     )
     replace = msgspec.structs.replace
     if not outcome.ok:
-        return replace(
-            base, kind=outcome.kind or Kind.UNKNOWN, cause="program", error=outcome.error
-        )
+        return replace(base, **program_failure(outcome.kind, outcome.error, outcome.value))
     return replace(base, ok=True, value=msgspec.json.decode(outcome.value))

@@ -53,7 +53,7 @@ from protocol import (
 from ._budget import Budget
 from ._errors import SpawnFailed
 from ._reaper import kill_tree
-from ._result import RunResult
+from ._result import RunResult, program_failure
 from ._stack import python_stack
 from ._supervisor import Child, Pool, Spawn, acquire
 from ._tools import Toolset
@@ -337,11 +337,12 @@ class _Run:
             return replace(base, kind=kind, cause=cause, error=error)
         assert result is not None
         if not result.ok:
-            kind = result.kind or Kind.UNKNOWN
-            cause = "memory" if kind is Kind.LIMIT and self.memory_hit else "program"
+            fields = program_failure(result.kind, result.error, result.value)
+            if fields["kind"] is Kind.LIMIT and self.memory_hit:
+                fields["cause"] = "memory"
             if self._exit_code() == _EXIT_NOT_CONFINED:
-                cause = "confinement"
-            return replace(base, kind=kind, cause=cause, error=result.error)
+                fields["cause"] = "confinement"
+            return replace(base, **fields)
         try:
             value = msgspec.json.decode(result.value) if result.value else None
         except msgspec.DecodeError:

@@ -8,21 +8,28 @@ import msgspec
 
 from protocol import Kind
 
-__all__ = ["RunResult"]
+__all__ = ["RunResult", "program_failure"]
 
 
 @final
 class RunResult(msgspec.Struct, frozen=True, kw_only=True):
     """How one run ended. Built by the library only.
 
+    ``stdout``, ``stderr``, ``error`` and ``value`` hold the program's text as it was,
+    control and bidirectional characters included: it is the program's, and not trusted.
+    Escape it before it reaches a terminal or a log (the command line does).
+
     Attributes:
         ok: whether the program ran to the end and produced a value.
-        value: the program's value (its last expression), decoded from JSON.
+        value: the program's value (its last expression), decoded from JSON; for a program
+            that exited (cause ``exit``), the code it gave ``sys.exit`` or ``SystemExit``.
         kind: on failure, why (:class:`~protocol.Kind`); ``limit`` for any budget.
         error: on failure, a reason for people (a traceback, the limit that was hit).
         cause: on failure, what exactly: ``wall_clock``, ``memory``, ``cpu``,
             ``processes``, ``protocol`` (the child broke the wire), ``crash`` (the child
-            died without a Result), or ``program`` (the program itself failed).
+            died without a Result), ``exit`` (the program called ``sys.exit``, ``exit`` or
+            ``quit``, or raised ``SystemExit``, whatever the code: it produced no value), or
+            ``program`` (the program itself failed).
         stdout, stderr: what the program printed, up to the budget's ``max_output``.
         stdout_truncated, stderr_truncated: whether more was printed than kept.
         stdout_bytes, stderr_bytes: how much was printed in all.
@@ -63,3 +70,19 @@ class RunResult(msgspec.Struct, frozen=True, kw_only=True):
     level: str = "process"
     stack: str | None = None
     stack_error: str | None = None
+
+
+def program_failure(kind: Kind | None, error: str, value: str) -> dict[str, Any]:
+    """The fields of a :class:`RunResult` for a run whose program failed by itself.
+
+    ``value`` is the failure's data as the runner sent it (JSON text, or empty): the Python
+    backend sends the code of a program that exited, which makes the cause ``exit``.
+    """
+    fields: dict[str, Any] = {"kind": kind or Kind.UNKNOWN, "cause": "program", "error": error}
+    if value:
+        try:
+            fields["value"] = msgspec.json.decode(value)
+        except (msgspec.DecodeError, RecursionError):
+            fields["value"] = value
+        fields["cause"] = "exit"
+    return fields

@@ -43,7 +43,9 @@ class Outcome(msgspec.Struct, frozen=True, kw_only=True):
 
     Attributes:
         ok: whether the program succeeded.
-        value: on success, the program's value as text (JSON text for the Python backend).
+        value: on success, the program's value as text (JSON text for the Python backend);
+            on failure, data that goes with it, if any (the Python backend: the code of a
+            program that exited with ``SystemExit``).
         kind: on failure, why, from the closed set of :class:`~protocol.Kind`.
         error: on failure, a reason for people (a traceback, say).
     """
@@ -59,9 +61,10 @@ class Outcome(msgspec.Struct, frozen=True, kw_only=True):
         return cls(ok=True, value=value)
 
     @classmethod
-    def failure(cls, kind: Kind, error: str) -> Outcome:
-        """A failed run, classified by ``kind``, explained by ``error``."""
-        return cls(ok=False, kind=kind, error=error)
+    def failure(cls, kind: Kind, error: str, *, value: str = "") -> Outcome:
+        """A failed run, classified by ``kind``, explained by ``error``; ``value`` is the
+        failure's data, if it has any (as text)."""
+        return cls(ok=False, kind=kind, error=error, value=value)
 
 
 class Backend(Protocol):

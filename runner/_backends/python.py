@@ -26,8 +26,8 @@ the program                               the outcome
 ends normally                             ok, value = JSON text of its value
 value has no JSON form                    ``invalid``, naming the type
 does not compile                          ``invalid``, with the message and line
-raises ``SystemExit(0)``/``SystemExit()`` ok, value ``null``
-raises ``SystemExit`` with another code   ``raised``
+calls ``sys.exit``, ``exit``, ``quit``,   ``raised``, naming ``SystemExit`` and its
+or raises ``SystemExit``, with any code   code; the code (JSON) is the failure's value
 lets a ``CallError`` escape               the CallError's kind (a quota ``limit``
                                           fails the run as ``limit``)
 runs out of memory (``MemoryError``)      ``limit``, saying memory was the cause
@@ -47,7 +47,7 @@ import linecache
 import os
 import sys
 import types
-from typing import TYPE_CHECKING, Final, final
+from typing import TYPE_CHECKING, Final, NoReturn, final
 
 from protocol import CallError, Kind
 
@@ -102,7 +102,13 @@ class PythonBackend:
         self._as_main = as_main
 
     def prepare(self) -> None:
-        """Nothing to load: ast, linecache and types are loaded with the runner itself."""
+        """Give the program ``exit`` and ``quit``, which ``site`` (off in the runner) adds.
+
+        Nothing else to load: ast, linecache and types are loaded with the runner itself.
+        """
+        for name in ("exit", "quit"):
+            if not hasattr(builtins, name):
+                setattr(builtins, name, _Exit(name))
 
     def run(self, start: Start, client: Client) -> Outcome:
         """Run ``start.program`` with ``start.bindings`` as ``host``; never raises."""
@@ -119,6 +125,20 @@ class PythonBackend:
         except MemoryError:
             return Outcome.failure(Kind.LIMIT, "out of memory while compiling the program")
         return _execute(code, host, as_main=self._as_main)
+
+
+@final
+class _Exit:
+    """``exit`` and ``quit`` as the interactive interpreter has them: raise SystemExit."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __repr__(self) -> str:
+        return f"Use {self._name}() to exit"
+
+    def __call__(self, code: object = None) -> NoReturn:
+        raise SystemExit(code)
 
 
 def compile_program(source: str) -> types.CodeType:
@@ -169,9 +189,16 @@ def _execute(code: types.CodeType, host: Host, *, as_main: bool) -> Outcome:
         else:
             exec(code, namespace)
     except SystemExit as exc:
-        if exc.code is None or exc.code == 0:
-            return Outcome.success("null")
-        return Outcome.failure(Kind.RAISED, _format_exception(exc))
+        # Whatever its code, a program that exits did not produce a value: the run failed,
+        # and the code goes with the failure (a code with no JSON form, as its repr).
+        exit_code = exc.code
+        try:
+            encoded = encode_json(exit_code)
+        except (TypeError, MemoryError):
+            encoded = encode_json(repr(exit_code))
+        shown = "" if exit_code is None else repr(exit_code)
+        head = f"the program exited (SystemExit({shown})) without producing a value"
+        return Outcome.failure(Kind.RAISED, f"{head}\n{_format_exception(exc)}", value=encoded)
     except MemoryError as exc:
         return Outcome.failure(Kind.LIMIT, _describe_memory_error(exc))
     except CallError as exc:

@@ -267,25 +267,26 @@ async def test_memory_error_fails_the_run_as_limit() -> None:
 
 
 @pytest.mark.parametrize(
-    ("program", "ok"),
+    ("program", "code"),
     [
-        ("raise SystemExit", True),
-        ("import sys\nsys.exit(0)", True),
-        ("import sys\nsys.exit(None)\n1", True),
-        ("import sys\nsys.exit(3)", False),
-        ("import sys\nsys.exit('bye')", False),
+        ("raise SystemExit", "null"),
+        ("import sys\nsys.exit(0)", "0"),
+        ("import sys\nsys.exit(None)\n1", "null"),
+        ("import sys\nsys.exit(3)", "3"),
+        ("import sys\nsys.exit('bye')", '"bye"'),
+        ("exit()", "null"),
+        ("quit(0)", "0"),
+        ("raise SystemExit(object)", '"<class \'object\'>"'),
     ],
-    ids=["bare", "zero", "none", "three", "message"],
+    ids=["bare", "zero", "none", "three", "message", "exit", "quit", "no-json-form"],
 )
-async def test_system_exit(program: str, ok: bool) -> None:
-    """SystemExit(0 or None) is success with value null; any other code fails as raised."""
+async def test_system_exit_is_a_failure_that_keeps_its_code(program: str, code: str) -> None:
+    """A program that exits, with any code, produced no value: raised, the code kept."""
     run = await run_program(program)
-    assert run.result.ok is ok
-    if ok:
-        assert run.result.value == "null"
-    else:
-        assert run.result.kind is Kind.RAISED
-        assert "SystemExit" in run.result.error
+    assert run.result.ok is False
+    assert run.result.kind is Kind.RAISED
+    assert "SystemExit" in run.result.error
+    assert run.result.value == code
     assert run.status == 0
 
 
