@@ -25,6 +25,7 @@ from ._budget import Budget
 from ._errors import SandboxError
 from ._levels import Level
 from ._supervisor import Spawn
+from ._text import printable, printable_json
 from ._tools import Tool, Toolset
 
 __all__ = ["main"]
@@ -307,20 +308,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"sandbox: {exc}", file=sys.stderr)
         return EXIT_SANDBOX
     if args.json:
-        sys.stdout.write(msgspec.json.format(msgspec.json.encode(result)).decode() + "\n")
+        document = msgspec.json.format(msgspec.json.encode(result)).decode()
+        sys.stdout.write(printable_json(document) + "\n")
     else:
+        # Everything below that came from the program is escaped (see sandbox._text).
         if result.stdout:
-            sys.stdout.write(result.stdout)
+            sys.stdout.write(printable(result.stdout))
         if result.stderr:
-            sys.stderr.write(result.stderr)
+            sys.stderr.write(printable(result.stderr))
         if result.ok:
-            print(msgspec.json.encode(result.value).decode())
+            print(printable(msgspec.json.encode(result.value).decode()))
         else:
-            print(f"sandbox: {result.kind} ({result.cause}): {result.error}", file=sys.stderr)
+            error = printable(result.error)
+            print(f"sandbox: {result.kind} ({result.cause}): {error}", file=sys.stderr)
         if result.stack is not None:
-            print(
-                f"sandbox: the program's stack when it was killed:\n{result.stack}", file=sys.stderr
-            )
+            stack = printable(result.stack)
+            print(f"sandbox: the program's stack when it was killed:\n{stack}", file=sys.stderr)
         elif result.stack_error is not None:
             print(f"sandbox: no stack: {result.stack_error}", file=sys.stderr)
         print(

@@ -18,6 +18,7 @@ import msgspec
 from .. import plane
 from .._errors import ConfinementUnavailable, SandboxError
 from .._levels import Level, confinement_gaps
+from .._text import printable
 from ._hooks import Approval, Events, Grant, Verdict
 from ._loop import Agent, TrajectoryStore, VerifyResult
 from ._types import (
@@ -84,7 +85,8 @@ class Terminal(Events):
         self.out = out or sys.stderr
 
     def _say(self, text: str) -> None:
-        self.out.write(text + "\n")
+        # The model's text and the tools' results are not trusted: no terminal controls.
+        self.out.write(printable(text) + "\n")
         self.out.flush()
 
     def step_start(self, step: int) -> None:
@@ -293,7 +295,7 @@ def agent(args: argparse.Namespace) -> int:
                 print(f"sandbox: the model failed: {exc}", file=sys.stderr)
                 return EXIT_SANDBOX
             store.end(result, "finished" if result.finished else result.output)
-            print(result.output)
+            print(printable(result.output))
             return EXIT_OK if result.finished else EXIT_UNFINISHED
         finally:
             for c in closing:

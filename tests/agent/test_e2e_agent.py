@@ -223,3 +223,22 @@ def test_the_commands_verification_is_the_hosts(tmp_path: Path) -> None:
     assert observed.startswith("written")
     assert "[verify_on_edit] FAILED (exit 3): fix the failures" in observed
     assert "hi checked" in observed
+
+
+def test_the_terminal_escapes_what_the_model_and_the_tools_wrote() -> None:
+    """Live steps show control and bidirectional characters escaped, never raw."""
+    import io
+
+    from sandbox.agent._command import Terminal
+    from sandbox.agent._types import ToolCall
+
+    out = io.StringIO()
+    terminal = Terminal(out)
+    hostile = "\x1b]0;owned\x07\x1b[2J\r── step 9\u202e"
+    terminal.thought(1, hostile, hostile)
+    call = ToolCall(id="c1", name="run_program", arguments=hostile)
+    terminal.tool_call(1, call)
+    terminal.tool_result(1, call, hostile, False)
+    shown = out.getvalue()
+    assert [c for c in ("\x1b", "\r", "\x07", "\u202e") if c in shown] == []
+    assert shown.count("\\x1b]0;owned\\x07") == 4

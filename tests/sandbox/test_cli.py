@@ -129,6 +129,40 @@ def test_failing_program_exits_one(tmp_path: Path) -> None:
     assert "ValueError: boom" in proc.stderr
 
 
+#: What a hostile program writes to forge lines or drive a terminal: ESC (a control
+#: sequence), CR, NUL, BEL, a C1 control, and the right-to-left override.
+HOSTILE_TEXT = "\x1b]0;owned\x07\x1b[2J\rsandbox: ok\x00\x9b\u202etxt.exe"
+RAW_CONTROLS = ("\x1b", "\r", "\x00", "\x07", "\x9b", "\u202e")
+
+
+@pytest.mark.parametrize("fails", [False, True], ids=["value", "error"])
+def test_program_text_is_escaped_on_the_terminal(tmp_path: Path, fails: bool) -> None:
+    """Control and bidirectional characters from the program reach neither stream raw."""
+    source = f"import sys\ntext = {HOSTILE_TEXT!r}\nprint(text)\nprint(text, file=sys.stderr)\n" + (
+        "raise ValueError(text)\n" if fails else "text\n"
+    )
+    proc = cli("run", program_file(tmp_path, source))
+    assert proc.returncode == (1 if fails else 0), proc.stderr
+    for stream in (proc.stdout, proc.stderr):
+        assert [c for c in RAW_CONTROLS if c in stream] == []
+        assert "\\x1b]0;owned\\x07" in stream
+        assert "\\u202etxt.exe" in stream
+    if fails:
+        assert "ValueError: \\x1b]0;owned" in proc.stderr
+    else:
+        assert proc.stdout.splitlines()[-1].startswith('"\\u001b]0;owned')
+
+
+def test_json_keeps_program_text_exact(tmp_path: Path) -> None:
+    """``--json`` is JSON's own escaping: the document decodes to the program's exact text."""
+    source = f"print({HOSTILE_TEXT!r}, end='')\n{HOSTILE_TEXT!r}\n"
+    proc = cli("run", program_file(tmp_path, source), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert [c for c in RAW_CONTROLS if c in proc.stdout] == []
+    result = msgspec.json.decode(proc.stdout, type=RunResult)
+    assert (result.stdout, result.value) == (HOSTILE_TEXT, HOSTILE_TEXT)
+
+
 def test_json_failure_exits_one(tmp_path: Path) -> None:
     """With ``--json`` a failed run is still one RunResult document, and the exit code is 1."""
     proc = cli("run", program_file(tmp_path, "raise ValueError('boom')"), "--json")
