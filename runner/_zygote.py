@@ -399,6 +399,7 @@ class _Zygote:
 def _child(request: ForkRequest, fds: list[int], control: int) -> NoReturn:
     """In the forked child: become the run's runner (see the module docstring)."""
     status = EXIT_CHILD_SETUP
+    ready = fds[6]  # where to say why, if this fails before the runner owns the pipe
     try:
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -411,12 +412,13 @@ def _child(request: ForkRequest, fds: list[int], control: int) -> NoReturn:
         null = os.open("/dev/null", os.O_RDWR)
         # Out of the way of 0-7 first, then into place.
         high = [_dup_high(fd) for fd in (null, out_w, err_w, start_r, start_w, call_r, call_w)]
-        ready_high = _dup_high(ready_w)
+        ready = ready_high = _dup_high(ready_w)
         for fd in (*fds, null):
             os.close(fd)
         for target, fd in enumerate(high):
             os.dup2(fd, target)
         os.dup2(ready_high, 7)
+        ready = 7
         os.closerange(8, os.sysconf("SC_OPEN_MAX"))
         os.chdir(request.workdir)
         channels = ("3", "4", "5", "6")
@@ -434,6 +436,7 @@ def _child(request: ForkRequest, fds: list[int], control: int) -> NoReturn:
         os.environ.update(request.env)
         sys.argv = ["-c", *channels, *options]
         _main._tie_to_parent(death_signal=False)
+        ready = -1  # the runner's from here: it says ready, or why not, itself
         status = _main.serve(
             _main.Arguments(
                 (3, 4),
@@ -447,8 +450,14 @@ def _child(request: ForkRequest, fds: list[int], control: int) -> NoReturn:
         )
         _main._flush_stdio()
     except BaseException as exc:
+        # The host learns why on the ready pipe (the child's own stderr may not be in place
+        # yet; the ready pipe is, from the fork on), and the zygote's stderr says it too.
+        why = f"the zygote's child could not start: {type(exc).__name__}: {exc}"
+        if ready >= 0:
+            with contextlib.suppress(BaseException):
+                os.write(ready, b"!" + why.encode("utf-8", "replace"))
         with contextlib.suppress(BaseException):
-            os.write(2, f"runner: the zygote's child could not start: {exc!r}\n".encode())
+            os.write(2, f"runner: {why}\n".encode())
     os._exit(status)
 
 

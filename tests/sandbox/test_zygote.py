@@ -191,3 +191,26 @@ def test_a_host_killed_outright_leaves_nothing(level: Level, spawn: Spawn) -> No
             if host.stdout is not None:
                 host.stdout.close()
     assert run_processes() == []
+
+
+async def test_a_child_that_cannot_start_says_why(
+    monkeypatch: pytest.MonkeyPatch, spawn: Spawn
+) -> None:
+    """A forked child that fails before its stderr is in place (here: its cgroup cannot be
+    joined) tells the host why on its ready pipe, instead of ending silently."""
+    from runner._zygote import ForkRequest as real
+
+    def unjoinable(**fields: object) -> object:
+        fields["cgroups"] = ("/nonexistent-cgroup-of-this-test/cgroup.procs",)
+        return real(**fields)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_supervisor, "ForkRequest", unjoinable)
+    if spawn is Spawn.POOL:  # (the fixture's pool made its children before the change)
+        with Pool(size=1) as pool:
+            result = await sandbox.run("1", spawn=pool, budget=Budget(wall_clock=30))
+    else:
+        result = await sandbox.run("1", budget=Budget(wall_clock=30))
+    assert (result.ok, result.cause) == (False, "crash")
+    assert "could not start" in result.error
+    assert "FileNotFoundError" in result.error
+    assert "nonexistent-cgroup-of-this-test" in result.error
