@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import socket
 import time
 from pathlib import Path
 
 import anyio
+import psutil
 
 from sandbox import plane
 
@@ -39,6 +41,18 @@ def lookup(key: str) -> str:
     return key.upper()
 
 
+def nodelay() -> list[bool]:
+    """Whether TCP_NODELAY is set on each connection this server accepted (HTTP only)."""
+    tcp = psutil.Process().net_connections(kind="tcp")
+    listening = {c.laddr.port for c in tcp if c.status == psutil.CONN_LISTEN}
+    flags = []
+    for c in tcp:
+        if c.status == psutil.CONN_ESTABLISHED and c.laddr.port in listening and c.fd >= 0:
+            with socket.socket(fileno=os.dup(c.fd)) as s:
+                flags.append(bool(s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)))
+    return flags
+
+
 def clock() -> float:
     """The server's clock."""
     return time.time()
@@ -53,6 +67,7 @@ _TOOLS = [
         facts=lambda key: plane.Facts(reads=(f"/db/{key}",)),
         replay=plane.Replay.YES,
     ),
+    plane.FunctionTool(nodelay, annotations=plane.Annotations(read_only=True)),
 ]
 
 #: With SERVED_TOOLS=other in its environment, the server is another executor: the same

@@ -3,17 +3,11 @@ browser's page must not be able to do."""
 
 from __future__ import annotations
 
-import re
-import subprocess
-import sys
 import urllib.error
 import urllib.request
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
-import anyio.abc
 import anyio.to_thread
 import psutil
 import pytest
@@ -22,40 +16,9 @@ from protocol import Kind
 from sandbox import plane
 
 from ...helpers import until
+from .http_client import http_server, raw_client
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
-
-SERVED = str(Path(__file__).parent / "served.py")
-
-
-@asynccontextmanager
-async def http_server(*extra: str) -> AsyncIterator[tuple[str, anyio.abc.Process]]:
-    """``sandbox serve --http 127.0.0.1:0``; its URL and process. Killed at the end, however
-    the test ends."""
-    command = [sys.executable, "-m", "sandbox", "serve", "--level", "process"]
-    command += ["--tools", SERVED, "--http", "127.0.0.1:0", *extra]
-    proc = await anyio.open_process(command, stderr=subprocess.PIPE)
-    async with proc, anyio.create_task_group() as tg:
-        try:
-            assert proc.stderr is not None
-            said = b""
-            with anyio.fail_after(30):
-                async for chunk in proc.stderr:
-                    said += chunk
-                    if b"\n" in said and b"serving" in said:
-                        break
-            found = re.search(rb"serving (http://\S+)", said)
-            assert found, said.decode(errors="replace")
-
-            async def drain() -> None:
-                async for _ in proc.stderr:  # type: ignore[union-attr]
-                    pass
-
-            tg.start_soon(drain)
-            yield found.group(1).decode(), proc
-        finally:
-            proc.kill()
-            tg.cancel_scope.cancel()
 
 
 def post(url: str, headers: dict[str, str]) -> int:
@@ -87,6 +50,7 @@ async def test_remote_and_the_official_client_over_http() -> None:
                 "pid",
                 "mark",
                 "lookup",
+                "nodelay",
                 "run_program",
             ]
             r = await remote.call(plane.Call(tool="lookup", arguments={"key": "h"}))
@@ -170,3 +134,14 @@ async def test_pings_keep_a_session_open_and_a_lost_one_is_dialed_again() -> Non
             assert r.data == "Z"
             assert remote.dials == 2
             assert warned
+
+
+async def test_accepted_connections_send_small_writes_at_once() -> None:
+    """TCP_NODELAY on every connection the server accepts: without it, a kept-alive client
+    waits out the delayed ACK (about 40 ms) on every call, for the SSE body's second write."""
+    async with http_server() as (url, _), raw_client(url) as client:
+        for _ in range(3):
+            result = await client.call("nodelay")
+            flags = result["structuredContent"]["value"]
+            assert flags, "the client's connection is among the server's"
+            assert all(flags), flags

@@ -24,6 +24,8 @@ pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
 HERE = Path(__file__).parent
 SERVED = str(HERE / "served.py")
 KEY = plane.CAPABILITY_KEY
+#: The tools of served.py, and the program tool.
+NAMES = ["pid", "mark", "lookup", "nodelay", "run_program"]
 
 
 def serve_command(*extra: str, tools: str = SERVED) -> list[str]:
@@ -175,7 +177,7 @@ async def test_a_server_that_cannot_be_started_is_unreachable() -> None:
 async def test_claims_and_calls_are_the_executors() -> None:
     async with plane.Remote.connect(plane.stdio(serve_command())) as remote:
         names = [t.name for t in await remote.tools()]
-        assert names == ["pid", "mark", "lookup", "run_program"]
+        assert names == NAMES
         lookup = plane.Call(tool="lookup", arguments={"key": "k"})
         assert await remote.facts(lookup) == plane.Facts(reads=("/db/k",))
         assert await remote.replay(lookup) is plane.Replay.YES
@@ -278,9 +280,9 @@ async def test_the_official_client_sees_the_capability_and_calls_the_tools() -> 
         init = await session.initialize()
         cap = (init.capabilities.experimental or {})[KEY]
         assert cap["version"] == 1
-        assert [t["name"] for t in cap["tools"]] == ["pid", "mark", "lookup", "run_program"]
+        assert [t["name"] for t in cap["tools"]] == NAMES
         listing = await session.list_tools()
-        assert {t.name for t in listing.tools} == {"pid", "mark", "lookup", "run_program"}
+        assert {t.name for t in listing.tools} == set(NAMES)
         r = await session.call_tool("lookup", {"key": "q"})
         assert r.structured_content == {"value": "Q"}
         # A plain client decides nothing: a program's host calls run in the executor.
