@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import socket
+import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, final
@@ -22,9 +23,10 @@ import pydantic
 from mcp.server import Server
 from mcp.server.connection import Connection
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
-from mcp.server.stdio import stdio_server
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ServerMessageMetadata
+from mcp_types import INVALID_PARAMS
 
 from protocol import Kind
 
@@ -47,6 +49,7 @@ from ._capability import (
 from ._errors import PlaneError, UnknownTool
 from ._executor import FACTS_TIMEOUT, InProcess
 from ._model import Call, CallContext, Descriptor, Result, Tool
+from ._stdio import StdioTransport
 
 __all__ = ["SESSION_IDLE", "ExecutorServer", "Tools"]
 
@@ -120,6 +123,8 @@ class ExecutorServer:
         name, version: the server's implementation name, given at initialize.
         level: the level programs run at, for the capability (informative).
         facts_timeout: seconds one facts or replay reading may take.
+        log: told, in a line, what the server refused and why (a malformed message, a
+            client that hung up); by default, standard error.
 
     Raises:
         DuplicateTool, TypeError: what ``make`` builds at the ceilings is refused (it is
@@ -136,8 +141,10 @@ class ExecutorServer:
         version: str = "1",
         level: str | None = None,
         facts_timeout: float = FACTS_TIMEOUT,
+        log: Callable[[str], Any] | None = None,
     ) -> None:
         self._make = make
+        self._log = log or _stderr_line
         self.ceilings = ceilings
         self._facts_timeout = facts_timeout
         probe = InProcess(make(ceilings), descriptor=descriptor, facts_timeout=facts_timeout)
@@ -206,7 +213,14 @@ class ExecutorServer:
         state = _connection_of(ctx).state.get(CAPABILITY_KEY)
         if isinstance(state, _Session):
             state.last_request = time.monotonic()
-        return await call_next(ctx)
+        try:
+            return await call_next(ctx)
+        except pydantic.ValidationError as exc:
+            # The SDK answers "Invalid request parameters" and nothing more: say which.
+            message = _invalid_params(ctx.method, exc)
+            error = MCPError(code=INVALID_PARAMS, message=message)
+            self._log(f"refused {ctx.method} (id {ctx.request_id!r}): {INVALID_PARAMS}: {message}")
+            raise error from None
 
     def _state(self, ctx: ServerRequestContext[Any]) -> _Session:
         """The session's state, made at its first request after initialize."""
@@ -320,11 +334,25 @@ class ExecutorServer:
     # -- transports --
 
     async def serve_stdio(self) -> None:
-        """Serve one session on standard input and output until the client hangs up."""
+        """Serve one session on standard input and output until the client hangs up (its
+        input ends, or a write finds it gone: then the session's calls are cancelled).
+
+        A line that is not a JSON-RPC message the server can read is answered with its
+        error (a notification's only logged), and logged.
+        """
         await self.prepare()
-        async with stdio_server() as (read, write):
+        async with StdioTransport(self._log) as wire:
             try:
-                await self._server.run(read, write, self._server.create_initialization_options())
+                async with anyio.create_task_group() as tg:
+
+                    async def hang_up() -> None:
+                        await wire.hung_up.wait()
+                        tg.cancel_scope.cancel()
+
+                    tg.start_soon(hang_up)
+                    options = self._server.create_initialization_options()
+                    await self._server.run(wire.read, wire.write, options)
+                    tg.cancel_scope.cancel()
             finally:
                 with anyio.CancelScope(shield=True):
                     for state in list(self._live):
@@ -405,6 +433,22 @@ class ExecutorServer:
         transport = manager._server_instances.get(state.session_id)
         if transport is not None:
             await transport.terminate()
+
+
+def _stderr_line(line: str) -> None:
+    sys.stderr.write(f"sandbox: {line}\n")
+    sys.stderr.flush()
+
+
+def _invalid_params(method: str, exc: pydantic.ValidationError) -> str:
+    """The first of a validator's complaints about ``method``'s params, in a line."""
+    errors = exc.errors(include_url=False, include_context=False, include_input=False)
+    if not errors:
+        return f"Invalid params: {method}"
+    first = errors[0]
+    where = ".".join(str(p) for p in first["loc"]) or "params"
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"Invalid params: {method}: {where}: {first['msg']}{more}"
 
 
 def _connection_of(ctx: ServerRequestContext[Any]) -> Connection:
