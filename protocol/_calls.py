@@ -40,7 +40,15 @@ from ._constants import DEFAULT_MAX_INFLIGHT, MAX_FRAME_BYTES, VERSION
 from ._errors import ChannelClosed, LocalFrameTooLarge, LocalProtocolError, RemoteProtocolError
 from ._frames import FrameDecoder, Signal
 from ._kinds import Kind
-from ._messages import REQUEST_DECODER, RESPONSE_DECODER, Request, Response, decode, frame_message
+from ._messages import (
+    REQUEST_DECODER,
+    RESPONSE_DECODER,
+    Request,
+    Response,
+    decode,
+    frame_message,
+    valid_unicode,
+)
 
 __all__ = [
     "CallStats",
@@ -55,18 +63,6 @@ __all__ = [
 def utf8_len(text: str) -> int:
     """Length of ``text`` in UTF-8 bytes, without encoding it when it is ASCII."""
     return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
-
-
-def valid_unicode(text: str) -> str:
-    """``text`` with every lone surrogate replaced by U+FFFD (unchanged when valid)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return text.translate(_SURROGATES)
-    return text
-
-
-_SURROGATES: Final = dict.fromkeys(range(0xD800, 0xE000), 0xFFFD)
 
 
 # Error texts are for people: past this many characters they are cut before framing.
@@ -371,24 +367,24 @@ class ClientCore:
     def request(self, tool: str, args: str, deadline_ms: int = 0) -> tuple[str, bytearray]:
         """Register a new call; returns its id and the frame to send.
 
+        Text that is not valid Unicode (lone surrogates) is sent with U+FFFD in their place,
+        as in every frame (see :func:`~protocol.frame_message`).
+
         Raises:
             ChannelClosed: the channel has ended; no new call can be made.
             LocalFrameTooLarge: the arguments do not fit in one frame (nothing registered).
-            LocalProtocolError: a negative deadline, or text that is not valid Unicode
-                (lone surrogates).
+            LocalProtocolError: a deadline that is negative or outside Go's int64 (nothing
+                registered).
         """
         if self._closed:
             raise ChannelClosed("the call channel is closed")
         if deadline_ms < 0:
             raise LocalProtocolError(f"deadline_ms must be >= 0, got {deadline_ms}")
         call_id = str(next(self._ids))
-        try:
-            frame = frame_message(
-                Request(v=VERSION, id=call_id, tool=tool, args=args, deadline_ms=deadline_ms),
-                self._max_frame,
-            )
-        except UnicodeEncodeError as exc:
-            raise LocalProtocolError(f"the call's text is not valid Unicode: {exc}") from None
+        frame = frame_message(
+            Request(v=VERSION, id=call_id, tool=tool, args=args, deadline_ms=deadline_ms),
+            self._max_frame,
+        )
         self._pending.add(call_id)
         return call_id, frame
 

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["DEFAULT_MAX_INFLIGHT", "MAX_FRAME_BYTES", "VERSION"]
+__all__ = [
+    "DEFAULT_MAX_INFLIGHT",
+    "INT64_MAX",
+    "INT64_MIN",
+    "MAX_FRAME_BYTES",
+    "VERSION",
+]
 
 #: Protocol version carried in every frame as ``v``. A frame whose ``v`` is not this is
 #: refused outright, never half-read (invariant 1): a silent mismatch shows up as "a field
@@ -26,3 +32,8 @@ MAX_FRAME_BYTES: Final = 16 << 20
 #: the common shape of a program gathering a few dozen calls, while one runaway program
 #: cannot pile up unbounded work in the host. Hosts can change it.
 DEFAULT_MAX_INFLIGHT: Final = 64
+
+#: Integers on the wire are Go's ``int64``, as in the seed: a counter, duration or version
+#: outside it is refused on receipt, and never sent.
+INT64_MIN: Final = -(2**63)
+INT64_MAX: Final = 2**63 - 1

@@ -52,9 +52,20 @@ class VersionMismatch(RemoteProtocolError):
     """A frame carried a protocol version that is not ours, or none at all."""
 
     def __init__(self, got: object, expected: int) -> None:
-        super().__init__(f"protocol version mismatch: got v={got!r}, this side speaks v={expected}")
+        super().__init__(
+            f"protocol version mismatch: got v={_short_repr(got)}, this side speaks v={expected}"
+        )
         self.got = got
         self.expected = expected
+
+
+def _short_repr(value: object, limit: int = 80) -> str:
+    """``repr(value)``, cut to ``limit`` characters: a peer chooses what ``v`` holds."""
+    try:
+        text = repr(value)
+    except ValueError:  # an integer too long for str()
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 class FrameTooLarge(ProtocolError):

@@ -14,16 +14,21 @@ The wire tells frames apart by channel and direction, never by a tag, so each di
 its own typed decoder (:data:`REQUEST_DECODER` and friends), built once and reused. Decoding
 goes through :func:`decode`, which checks ``v`` before anything else (invariant 1) and turns
 every failure into a :class:`~protocol.RemoteProtocolError`.
+
+* Integers are Go's ``int64`` (``Meta(ge=..., le=...)`` on every integer field): a value
+  outside it is refused on receipt, and :func:`frame_message` refuses to send one.
+* Text is UTF-8: :func:`frame_message` sends a lone surrogate (which UTF-8 cannot carry) as
+  U+FFFD, in every text field of every frame, as Go does when it encodes invalid UTF-8.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Final, TypeVar
+from typing import Annotated, Any, Final, TypeVar
 
 import msgspec
 
-from ._constants import MAX_FRAME_BYTES, VERSION
-from ._errors import LocalFrameTooLarge, RemoteProtocolError, VersionMismatch
+from ._constants import INT64_MAX, INT64_MIN, MAX_FRAME_BYTES, VERSION
+from ._errors import LocalFrameTooLarge, LocalProtocolError, RemoteProtocolError, VersionMismatch
 from ._frames import PREFIX_BYTES
 from ._kinds import Kind
 
@@ -37,13 +42,16 @@ __all__ = [
     "StartBudget",
     "decode",
     "frame_message",
+    "valid_unicode",
 ]
 
-# Counters and durations are never negative; ids are never empty (seed: "must be non-empty
-# and unique within one execution") and at most MAX_ID_CHARS long, so that an answer
-# always fits in a frame whatever the id. msgspec checks these while decoding.
+# Integers are Go's int64; counters and durations are never negative; ids are never empty
+# (seed: "must be non-empty and unique within one execution") and at most MAX_ID_CHARS
+# long, so that an answer always fits in a frame whatever the id. msgspec checks these
+# while decoding; frame_message checks the integers before sending.
 MAX_ID_CHARS: Final = 64
-_NonNegative = Annotated[int, msgspec.Meta(ge=0)]
+_Int64 = Annotated[int, msgspec.Meta(ge=INT64_MIN, le=INT64_MAX)]
+_NonNegative = Annotated[int, msgspec.Meta(ge=0, le=INT64_MAX)]
 _Id = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ID_CHARS)]
 
 
@@ -54,7 +62,7 @@ class Message(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=
     the cycle collector need not track them (one less cost per call on the hot path).
     """
 
-    v: int
+    v: _Int64
 
 
 class Request(Message, frozen=True, kw_only=True, omit_defaults=True, gc=False):
@@ -178,7 +186,7 @@ def decode(decoder: msgspec.json.Decoder[M], payload: bytes | bytearray | memory
         VersionMismatch: ``v`` is missing or is not :data:`~protocol.VERSION`, whatever else
             is wrong with the frame.
         RemoteProtocolError: the payload is not UTF-8 JSON of the expected shape (a kind
-            outside the closed set included).
+            outside the closed set, or an integer outside int64, included).
     """
     try:
         message = decoder.decode(payload)
@@ -208,18 +216,86 @@ def frame_message(message: Message, max_frame_bytes: int = MAX_FRAME_BYTES) -> b
     """One message as a whole frame, prefix and payload in one buffer, ready to write.
 
     The payload is encoded straight behind a reserved prefix (``encode_into``), so a large
-    message is never copied to be prefixed.
+    message is never copied to be prefixed. Text that is not valid Unicode (a lone
+    surrogate, as ``surrogateescape`` makes from undecodable bytes) is sent with U+FFFD in
+    its place, in every field: UTF-8 cannot carry it, and Go does the same.
 
     Raises:
+        LocalProtocolError: an integer outside Go's int64 (a peer could not decode it);
+            nothing is produced.
         LocalFrameTooLarge: the encoded message is over the cap; nothing is produced.
     """
+    # The hot path's frames carry v = VERSION and a small deadline: two comparisons. Any
+    # other message is checked field by field.
+    cls = type(message)
+    if not (
+        message.v == VERSION
+        and (cls is Response or (cls is Request and 0 <= message.deadline_ms <= INT64_MAX))  # type: ignore[attr-defined]
+    ):
+        _check_integers(message)
     buf = bytearray(PREFIX_BYTES)
-    _ENCODER.encode_into(message, buf, PREFIX_BYTES)
+    try:
+        _ENCODER.encode_into(message, buf, PREFIX_BYTES)
+    except UnicodeEncodeError:  # rare: only text with lone surrogates pays for this
+        del buf[PREFIX_BYTES:]
+        _ENCODER.encode_into(_with_valid_text(message), buf, PREFIX_BYTES)
     size = len(buf) - PREFIX_BYTES
     if size > max_frame_bytes:
         raise LocalFrameTooLarge(size, max_frame_bytes)
     buf[:PREFIX_BYTES] = size.to_bytes(PREFIX_BYTES, "big")
     return buf
+
+
+def _check_integers(message: Message) -> None:
+    """Refuse a message holding an integer outside int64 (what a Go peer can decode)."""
+    bad = _integer_outside_int64(message, type(message).__name__)
+    if bad is not None:
+        raise LocalProtocolError(f"{bad} is outside Go's int64; nothing was sent")
+
+
+def _integer_outside_int64(value: object, path: str) -> str | None:
+    """The path and value of the first integer in ``value`` that int64 cannot hold."""
+    if type(value) is int:
+        if INT64_MIN <= value <= INT64_MAX:
+            return None
+        shown = str(value) if value.bit_length() <= 128 else f"a {value.bit_length()}-bit integer"
+        return f"{path} = {shown}"
+    if isinstance(value, msgspec.Struct):
+        for name in value.__struct_fields__:
+            bad = _integer_outside_int64(getattr(value, name), f"{path}.{name}")
+            if bad is not None:
+                return bad
+    elif isinstance(value, tuple):
+        for i, item in enumerate(value):
+            bad = _integer_outside_int64(item, f"{path}[{i}]")
+            if bad is not None:
+                return bad
+    return None
+
+
+def valid_unicode(text: str) -> str:
+    """``text`` with every lone surrogate replaced by U+FFFD (unchanged when valid)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.translate(_SURROGATES)
+    return text
+
+
+_SURROGATES: Final = dict.fromkeys(range(0xD800, 0xE000), 0xFFFD)
+
+
+def _with_valid_text(value: Any) -> Any:
+    """``value`` (a frame or a part of one) with :func:`valid_unicode` applied to every
+    text it holds."""
+    if type(value) is str:
+        return valid_unicode(value)
+    if isinstance(value, msgspec.Struct):
+        changes = {name: _with_valid_text(getattr(value, name)) for name in value.__struct_fields__}
+        return msgspec.structs.replace(value, **changes)
+    if isinstance(value, tuple):
+        return tuple(_with_valid_text(item) for item in value)
+    return value
 
 
 #: One reusable decoder per channel and direction.

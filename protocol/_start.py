@@ -21,7 +21,15 @@ from typing import Final
 from ._constants import MAX_FRAME_BYTES
 from ._errors import ChannelClosed, LocalProtocolError, ProtocolError, RemoteProtocolError
 from ._frames import FrameDecoder, Signal
-from ._messages import RESULT_DECODER, START_DECODER, Result, Start, decode, frame_message
+from ._messages import (
+    RESULT_DECODER,
+    START_DECODER,
+    Result,
+    Start,
+    decode,
+    frame_message,
+    valid_unicode,
+)
 
 __all__ = ["Event", "RunnerCore", "StarterCore", "State"]
 
@@ -122,13 +130,14 @@ class StarterCore(_Role):
         """The frame that starts the run (once).
 
         Raises:
-            LocalProtocolError: a Start was sent already (the role is then failed).
+            LocalProtocolError: a Start was sent already (the role is then failed); or the
+                Start holds an integer outside Go's int64 (nothing changes).
             LocalFrameTooLarge: the Start is over the frame cap; nothing changes.
         """
         nxt = self._allowed(Event.SEND_START, remote=False)
         frame = frame_message(start, self._max_frame)  # too large: state unchanged
         self._state = nxt
-        self._result_id = start.result_id
+        self._result_id = valid_unicode(start.result_id)  # the id as sent (and echoed)
         return frame
 
     def next_result(self) -> Result | Signal:
@@ -189,7 +198,8 @@ class RunnerCore(_Role):
 
         Raises:
             LocalProtocolError: no Start yet, a Result already sent, or a ``result_id``
-                that is not the Start's (the role is then failed).
+                that is not the Start's (the role is then failed); or an integer outside
+                Go's int64 (nothing changes).
             LocalFrameTooLarge: the Result is over the frame cap. Nothing changes: send a
                 smaller Result (a failure saying so) instead.
         """

@@ -17,6 +17,7 @@ from protocol import (
     FrameDecoder,
     Kind,
     LocalFrameTooLarge,
+    LocalProtocolError,
     Message,
     RemoteProtocolError,
     Request,
@@ -522,6 +523,108 @@ def test_start_without_bindings_is_refused() -> None:
     """A Start with no ``bindings`` key is refused: Go always writes it (null when empty)."""
     with pytest.raises(RemoteProtocolError):
         decode(START_DECODER, b'{"v":1,"program":"p","budget":{},"result_id":"r"}')
+
+
+# -- integers and text, in and out (issue 12) ----------------------------------------------
+
+_INT64_MAX: Final = 2**63 - 1
+_OUTSIDE_INT64: Final = [2**63, 2**64, 10**400, -(2**63) - 1, 10**30]
+
+
+@pytest.mark.parametrize("counter", _COUNTERS, ids=lambda c: ".".join(c[1]))
+@pytest.mark.parametrize("value", [*_OUTSIDE_INT64, "1" + "0" * 400], ids=str)
+def test_a_counter_outside_int64_is_refused_on_receipt(
+    counter: tuple[type[Message], tuple[str, ...]], value: object
+) -> None:
+    """Integers on the wire are Go's int64: a counter past it is a RemoteProtocolError."""
+    cls, path = counter
+    obj = _valid_dict(cls)
+    target = obj
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = 0
+    payload = payload_of(obj).replace(
+        b'"%s":0' % path[-1].encode(), b'"%s":%s' % (path[-1].encode(), str(value).encode())
+    )
+    with pytest.raises(RemoteProtocolError) as excinfo:
+        decode(decoder_for(cls), payload)
+    assert not isinstance(excinfo.value, VersionMismatch)
+
+
+@pytest.mark.parametrize("counter", _COUNTERS, ids=lambda c: ".".join(c[1]))
+def test_a_counter_at_the_int64_maximum_is_read(
+    counter: tuple[type[Message], tuple[str, ...]],
+) -> None:
+    """2**63 - 1, the largest int64, decodes (and frames) unchanged."""
+    cls, path = counter
+    obj = _valid_dict(cls)
+    target = obj
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = _INT64_MAX
+    message = decode(decoder_for(cls), payload_of(obj))
+    assert roundtrip(message) == message
+
+
+def _with_counter(message: Message, path: tuple[str, ...], value: int) -> Message:
+    if len(path) == 1:
+        return msgspec.structs.replace(message, **{path[0]: value})
+    inner = _with_counter(getattr(message, path[0]), path[1:], value)
+    return msgspec.structs.replace(message, **{path[0]: inner})
+
+
+@pytest.mark.parametrize("counter", [*_COUNTERS, (Response, ("v",))], ids=lambda c: ".".join(c[1]))
+@pytest.mark.parametrize("value", [2**63, 2**64, -(2**63) - 1, 10**400], ids=str)
+def test_frame_message_refuses_an_integer_outside_int64(
+    counter: tuple[type[Message], tuple[str, ...]], value: int
+) -> None:
+    """The parent never sends an integer a Go peer cannot hold: LocalProtocolError."""
+    cls, path = counter
+    message = _with_counter(decode(decoder_for(cls), payload_of(_valid_dict(cls))), path, value)
+    with pytest.raises(LocalProtocolError, match="int64"):
+        frame_message(message)
+
+
+_SURROGATES: Final = st.integers(min_value=0xD800, max_value=0xDFFF).map(chr)
+#: Text with at least one lone surrogate, among valid characters and other surrogates.
+_SURROGATE_TEXT: Final = st.tuples(
+    texts(max_size=5), _SURROGATES, st.lists(st.characters(codec="utf-8") | _SURROGATES, max_size=6)
+).map(lambda parts: parts[0] + parts[1] + "".join(parts[2]))
+
+
+def _valid_text(text: str) -> str:
+    """``text`` with every lone surrogate replaced by U+FFFD."""
+    return "".join("\ufffd" if 0xD800 <= ord(c) <= 0xDFFF else c for c in text)
+
+
+@given(messages(), _SURROGATE_TEXT, st.data())
+def test_every_outgoing_text_field_replaces_lone_surrogates(
+    message: Message, text: str, data: st.DataObject
+) -> None:
+    """One rule for every frame sent: a lone surrogate in any text becomes U+FFFD."""
+    fields = [f for f in message.__struct_fields__ if type(getattr(message, f)) is str]
+    name = data.draw(st.sampled_from(fields))
+    if name in ("id", "result_id"):
+        text = text[:60] or "x"
+    bad = msgspec.structs.replace(message, **{name: text})
+    got = roundtrip(bad)
+    assert getattr(got, name) == _valid_text(text)
+    assert got == msgspec.structs.replace(message, **{name: _valid_text(text)})
+
+
+def test_surrogates_in_a_starts_bindings_become_u_fffd() -> None:
+    """Nested text (a binding's name and signature) follows the same rule."""
+    start = Start(
+        v=VERSION,
+        program="print('\udcff')",
+        bindings=(StartBinding(name="a\ud800", signature="a\udfff(x)"),),
+        budget=StartBudget(),
+        result_id="r\udcff",
+    )
+    got = roundtrip(start)
+    assert got.program == "print('\ufffd')"
+    assert got.bindings == (StartBinding(name="a\ufffd", signature="a\ufffd(x)"),)
+    assert got.result_id == "r\ufffd"
 
 
 # -- kinds ------------------------------------------------------------------------------------

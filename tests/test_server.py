@@ -322,6 +322,10 @@ async def test_duplicate_inflight_id_is_a_protocol_error() -> None:
         child.channel.close()
 
 
+#: A Request whose ``deadline_ms`` is 10**400: past Go's int64, and past a float's range.
+_HUGE_DEADLINE = b'{"v":1,"id":"2","tool":"t","args":"","deadline_ms":1' + b"0" * 400 + b"}"
+
+
 @pytest.mark.parametrize(
     ("payload", "error"),
     [
@@ -330,8 +334,21 @@ async def test_duplicate_inflight_id_is_a_protocol_error() -> None:
         (b"\x00\x00\x00\x00", RemoteProtocolError),
         (encode_frame(b'{"v":2,"id":"1","tool":"t","args":""}'), VersionMismatch),
         (encode_frame(b'{"v":1,"id":"","tool":"t","args":""}'), RemoteProtocolError),
+        (
+            encode_frame(
+                b'{"v":1,"id":"1","tool":"t","args":"","deadline_ms":1' + b"0" * 400 + b"}"
+            ),
+            RemoteProtocolError,
+        ),
     ],
-    ids=["not-json", "huge-prefix", "empty-frame", "version", "empty-id"],
+    ids=[
+        "not-json",
+        "huge-prefix",
+        "empty-frame",
+        "version",
+        "empty-id",
+        "deadline-past-int64",
+    ],
 )
 async def test_garbage_from_the_child_ends_serve_with_a_typed_error(
     payload: bytes, error: type[Exception]
@@ -344,6 +361,35 @@ async def test_garbage_from_the_child_ends_serve_with_a_typed_error(
         await child.send_raw(payload)
         with anyio.fail_after(10), pytest.raises(error):
             await server.serve()
+        assert await child.recv() is None
+    finally:
+        child.channel.close()
+
+
+async def test_a_deadline_past_int64_leaves_no_handler_unawaited() -> None:
+    """A call with an int64-overflowing ``deadline_ms`` after a call being handled: serve
+    raises RemoteProtocolError (not OverflowError), and every handler coroutine it was
+    given is awaited or closed (the suite turns "never awaited" warnings into errors)."""
+    made = 0
+
+    async def slow(request: Request) -> str:
+        await anyio.sleep(30)
+        return ""
+
+    def handler(request: Request) -> Awaitable[str]:
+        nonlocal made
+        made += 1
+        return slow(request)
+
+    down, up = os.pipe(), os.pipe()
+    server = Server(FdChannel(up[0], down[1]), handler, max_call_deadline=5.0)
+    child = RawChild(FdChannel(down[0], up[1]))
+    try:
+        await child.send("1", deadline_ms=2**63 - 1)  # the largest int64: legal, clamped
+        await child.send_raw(encode_frame(_HUGE_DEADLINE))
+        with anyio.fail_after(10), pytest.raises(RemoteProtocolError):
+            await server.serve()
+        assert made == 1
         assert await child.recv() is None
     finally:
         child.channel.close()

@@ -40,6 +40,7 @@ from protocol import (
     Signal,
     TruncatedFrame,
     effective_deadline,
+    encode_frame,
     frame_message,
 )
 from protocol._messages import RESPONSE_DECODER, decode
@@ -609,3 +610,47 @@ def test_a_value_that_is_not_valid_unicode_is_still_answered() -> None:
     response = response_of(frame, MAX_FRAME_BYTES)
     assert (response.id, response.ok, response.value) == ("1", True, "name-\ufffd.txt")
     assert server.inflight == 0
+
+
+# -- hostile shapes (issue 12) --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("deadline_ms", [2**63, 10**400], ids=["2**63", "10**400"])
+def test_a_deadline_outside_int64_is_a_protocol_error_at_the_server_core(
+    deadline_ms: int,
+) -> None:
+    """``deadline_ms`` past Go's int64 is refused on receipt, before any arithmetic."""
+    server = ServerCore(max_call_deadline=5.0)
+    payload = b'{"v":1,"id":"1","tool":"t","args":"","deadline_ms":%d}' % deadline_ms
+    server.receive_data(encode_frame(payload))
+    with pytest.raises(RemoteProtocolError):
+        server.next_request()
+
+
+def test_the_largest_int64_deadline_is_clamped_like_any_other() -> None:
+    """2**63 - 1 ms is a legal wish: it decodes, and the cap still wins."""
+    server = ServerCore(max_call_deadline=5.0)
+    server.receive_data(frame_message(request("1", deadline_ms=2**63 - 1)))
+    got = server.next_request()
+    assert isinstance(got, Request)
+    assert server.admit(got) is None
+    assert server.arm_deadline("1", got.deadline_ms, now=0.0) == 5.0
+
+
+def test_client_refuses_a_deadline_outside_int64() -> None:
+    """The child never sends a deadline a Go parent could not read; nothing is registered."""
+    client = ClientCore()
+    with pytest.raises(LocalProtocolError, match="int64"):
+        client.request("t", "{}", deadline_ms=2**63)
+    assert client.pending == 0
+
+
+def test_client_sends_lone_surrogates_as_u_fffd() -> None:
+    """A call's text with lone surrogates is sent with U+FFFD, as every frame is."""
+    client = ClientCore()
+    _, frame = client.request("t\udcff", '"\ud800"')
+    server = ServerCore()
+    server.receive_data(frame)
+    got = server.next_request()
+    assert isinstance(got, Request)
+    assert (got.tool, got.args) == ("t\ufffd", '"\ufffd"')

@@ -562,3 +562,47 @@ def test_eof_after_the_run_is_a_clean_close() -> None:
     assert starter.next_result() is Signal.CLOSED
     assert runner.next_start() is Signal.CLOSED
     assert (starter.state, runner.state) == (State.DONE, State.DONE)
+
+
+# -- hostile shapes (issue 12) --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("field", ["wall_clock", "max_calls", "max_bytes", "max_memory"])
+def test_a_start_with_a_budget_outside_int64_is_not_sent(field: str) -> None:
+    """A budget a Go child could not decode is refused before anything is sent
+    (LocalProtocolError); the starter stays IDLE and a fixed Start can follow."""
+    starter = StarterCore()
+    bad = msgspec.structs.replace(START, budget=StartBudget(**{field: 2**63}))
+    with pytest.raises(LocalProtocolError, match="int64"):
+        starter.send_start(bad)
+    assert state_of(starter) is State.IDLE
+    ok = msgspec.structs.replace(START, budget=StartBudget(**{field: 2**63 - 1}))
+    runner = RunnerCore()
+    runner.receive_data(starter.send_start(ok))
+    assert runner.next_start() == ok
+
+
+def test_a_result_with_counts_outside_int64_is_not_sent() -> None:
+    """The runner never sends a count outside int64 either; it stays RUNNING."""
+    runner = runner_in(State.RUNNING)
+    with pytest.raises(LocalProtocolError, match="int64"):
+        runner.send_result(msgspec.structs.replace(result_for("r1"), calls=2**64))
+    assert state_of(runner) is State.RUNNING
+    assert runner.send_result(result_for("r1"))
+
+
+def test_a_start_and_a_result_with_lone_surrogates_are_sent_with_u_fffd() -> None:
+    """Text that is not valid Unicode is sent with U+FFFD in place of each lone surrogate,
+    as every other frame is (DESIGN: text is UTF-8); nothing raises UnicodeEncodeError."""
+    starter = StarterCore()
+    runner = RunnerCore()
+    start = msgspec.structs.replace(START, program="print('\udcff')")
+    runner.receive_data(starter.send_start(start))
+    got = runner.next_start()
+    assert isinstance(got, Start)
+    assert got.program == "print('\ufffd')"
+    result = Result(v=VERSION, result_id="r1", ok=False, kind=Kind.RAISED, error="bad \ud800")
+    starter.receive_data(runner.send_result(result))
+    answer = starter.next_result()
+    assert isinstance(answer, Result)
+    assert answer.error == "bad \ufffd"
