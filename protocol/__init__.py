@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._calls import CallStats, ClientCore, ServerCore, effective_deadline
 from ._child import Client, Runner
-from ._constants import DEFAULT_MAX_INFLIGHT, MAX_FRAME_BYTES, VERSION
+from ._constants import DEFAULT_MAX_INFLIGHT, MAX_FRAME_BYTES, MAX_NESTING, VERSION
 from ._errors import (
     CallError,
     ChannelClosed,
@@ -57,6 +57,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_MAX_INFLIGHT",
     "MAX_FRAME_BYTES",
+    "MAX_NESTING",
     "VERSION",
     "CallError",
     "CallStats",

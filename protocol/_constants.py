@@ -9,6 +9,7 @@ __all__ = [
     "INT64_MAX",
     "INT64_MIN",
     "MAX_FRAME_BYTES",
+    "MAX_NESTING",
     "VERSION",
 ]
 
@@ -32,6 +33,17 @@ MAX_FRAME_BYTES: Final = 16 << 20
 #: the common shape of a program gathering a few dozen calls, while one runaway program
 #: cannot pile up unbounded work in the host. Hosts can change it.
 DEFAULT_MAX_INFLIGHT: Final = 64
+
+#: Nesting every frame may have and still be read: arrays and objects open at once, the
+#: frame's own object included. The frames of this version nest at most 3 deep (a Start's
+#: bindings); the rest is room for fields a later revision of the version adds, which this
+#: side skips. The decoder (msgspec, in C) recurses once per level on the interpreter's
+#: stack, which ``sys.getrecursionlimit()`` bounds (1,000 by default, less the caller's own
+#: frames), so it cannot promise Go's 10,000. A frame nested deeper than it can read is
+#: refused with a :class:`~protocol.RemoteProtocolError`, never a ``RecursionError``;
+#: checking every frame against this number instead would cost a scan of each frame on the
+#: hot path, so a frame deeper than this that the decoder can read is read.
+MAX_NESTING: Final = 256
 
 #: Integers on the wire are Go's ``int64``, as in the seed: a counter, duration or version
 #: outside it is refused on receipt, and never sent.

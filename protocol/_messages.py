@@ -15,6 +15,18 @@ its own typed decoder (:data:`REQUEST_DECODER` and friends), built once and reus
 goes through :func:`decode`, which checks ``v`` before anything else (invariant 1) and turns
 every failure into a :class:`~protocol.RemoteProtocolError`.
 
+Whatever the bytes, decoding raises only the protocol's own errors. The first two points
+below are worked out only once the typed decoder has failed, so a valid frame pays nothing
+for them; the integer bounds are checked by msgspec while it decodes.
+
+* The version decides first. A frame the typed decoder refuses is read again for its
+  top-level ``v`` alone, first by msgspec skipping every other member unchecked (so an
+  out-of-range number, bad UTF-8 or a wrong type elsewhere do not hide the version), then,
+  if even that fails (a bad escape, broken syntax, nesting too deep to skip), by
+  :func:`_survey`, a small non-recursive scan of the top-level members.
+* Nesting: see :data:`~protocol.MAX_NESTING`. Too deep for the decoder is a
+  ``RemoteProtocolError`` (a ``LocalProtocolError`` when our own stack is what left too
+  little room), never a ``RecursionError``.
 * Integers are Go's ``int64`` (``Meta(ge=..., le=...)`` on every integer field): a value
   outside it is refused on receipt, and :func:`frame_message` refuses to send one.
 * Text is UTF-8: :func:`frame_message` sends a lone surrogate (which UTF-8 cannot carry) as
@@ -23,12 +35,21 @@ every failure into a :class:`~protocol.RemoteProtocolError`.
 
 from __future__ import annotations
 
+import re
+import sys
+from types import FrameType
 from typing import Annotated, Any, Final, TypeVar
 
 import msgspec
 
-from ._constants import INT64_MAX, INT64_MIN, MAX_FRAME_BYTES, VERSION
-from ._errors import LocalFrameTooLarge, LocalProtocolError, RemoteProtocolError, VersionMismatch
+from ._constants import INT64_MAX, INT64_MIN, MAX_FRAME_BYTES, MAX_NESTING, VERSION
+from ._errors import (
+    LocalFrameTooLarge,
+    LocalProtocolError,
+    ProtocolError,
+    RemoteProtocolError,
+    VersionMismatch,
+)
 from ._frames import PREFIX_BYTES
 from ._kinds import Kind
 
@@ -179,37 +200,225 @@ _ENCODER: Final = msgspec.json.Encoder()
 _ANY_DECODER: Final = msgspec.json.Decoder()
 
 
+class _VersionOnly(msgspec.Struct, gc=False):
+    """A frame read for its ``v`` alone: msgspec skips every other member unchecked."""
+
+    v: Any = None
+
+
+_VERSION_DECODER: Final = msgspec.json.Decoder(_VersionOnly)
+
+
 def decode(decoder: msgspec.json.Decoder[M], payload: bytes | bytearray | memoryview) -> M:
     """Decode one frame's payload with a direction's typed decoder, checking ``v`` first.
 
     Raises:
         VersionMismatch: ``v`` is missing or is not :data:`~protocol.VERSION`, whatever else
-            is wrong with the frame.
+            is wrong with the frame (as long as its top-level ``v`` can be read at all).
         RemoteProtocolError: the payload is not UTF-8 JSON of the expected shape (a kind
-            outside the closed set, or an integer outside int64, included).
+            outside the closed set, an integer outside int64, nesting deeper than the
+            decoder can follow included).
+        LocalProtocolError: the frame may be legal, but this call's own stack leaves the
+            decoder too little room for its nesting (see :data:`~protocol.MAX_NESTING`).
     """
     try:
         message = decoder.decode(payload)
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, RecursionError) as exc:
         # Slow path, taken only for bad frames: look at ``v`` before blaming anything else,
         # so a frame from another version is reported as exactly that.
-        _check_version_of_bad_frame(payload)
-        raise RemoteProtocolError(f"malformed frame: {exc}") from None
+        raise _refusal(payload, exc) from None
     if message.v != VERSION:
         raise VersionMismatch(message.v, VERSION)
     return message
 
 
-def _check_version_of_bad_frame(payload: bytes | bytearray | memoryview) -> None:
+def _refusal(payload: bytes | bytearray | memoryview, exc: Exception) -> ProtocolError:
+    """The error for a payload the typed decoder refused with ``exc``."""
+    v = _version_of(payload)
+    if v is not _OURS and v is not _UNREADABLE:
+        return VersionMismatch(v, VERSION)
+    if not isinstance(exc, RecursionError):
+        return RemoteProtocolError(f"malformed frame: {exc}")
+    room = sys.getrecursionlimit() - _stack_depth()
+    if room - _STACK_MARGIN < MAX_NESTING:
+        return LocalProtocolError(
+            f"too little stack left to decode a frame: {room} levels, and frames may nest "
+            f"{MAX_NESTING} deep; decode from a shallower stack"
+        )
+    return RemoteProtocolError(
+        f"malformed frame: nested deeper than the decoder can follow ({room} levels; "
+        f"frames are read up to {MAX_NESTING} deep)"
+    )
+
+
+# Python frames the decoder's failure path itself may add, and slack for C calls that count
+# against the recursion limit without a Python frame.
+_STACK_MARGIN: Final = 50
+
+
+def _stack_depth() -> int:
+    """How many Python frames deep the caller is (failure path only: O(depth))."""
+    depth = 0
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        depth += 1
+        frame = frame.f_back
+    return depth
+
+
+class _Verdict:
+    """What reading a bad frame for its version found, when it is not another version."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+#: ``v`` is ours: the frame is broken in some other way.
+_OURS: Final = _Verdict("OURS")
+#: No ``v`` could be read before the frame broke (or it is not an object): malformed.
+_UNREADABLE: Final = _Verdict("UNREADABLE")
+
+
+def _version_of(payload: bytes | bytearray | memoryview) -> object:
+    """The frame's top-level ``v`` if it is not ours (None when absent), else a verdict."""
     try:
-        obj = _ANY_DECODER.decode(payload)
+        v = _VERSION_DECODER.decode(payload).v
+    except (msgspec.DecodeError, RecursionError):
+        return _survey(payload)
+    return _OURS if type(v) is int and v == VERSION else v
+
+
+# One token of JSON, after any whitespace: only its kind and extent matter to _survey, so a
+# string's escapes and UTF-8, and a number's digits, are not checked.
+_TOKEN: Final = re.compile(
+    rb'[ \t\n\r]*(?:("[^"\\]*(?:\\.[^"\\]*)*")|([\[{])|([\]}])|([,:])|([^ \t\n\r,:\[\]{}"]+))',
+    re.DOTALL,
+)
+_STRING, _OPEN, _CLOSE, _PUNCT, _ATOM = 1, 2, 3, 4, 5
+_STRING_AT: Final = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_BRACKET: Final = re.compile(rb"[\[\]{}]")
+#: Steps _survey takes at most (a token, a stretch between strings, or a bracket), so that
+#: its cost is bounded whatever the frame: a few milliseconds, plus a count of the
+#: frame's brackets in C.
+_SURVEY_STEPS: Final = 1 << 12
+#: The longest ``v`` shown as the value it is; a longer one is shown cut.
+_SHOWN_BYTES: Final = 64
+
+
+def _survey(payload: bytes | bytearray | memoryview) -> object:
+    """Find the top-level ``v`` of a frame msgspec cannot even skip through.
+
+    A scan with no recursion and a bounded number of steps: the last ``v`` among the
+    top-level members read before the frame breaks (or the steps run out) decides, as the
+    last one does in the typed decoder. Returns the verdict :data:`_OURS`,
+    :data:`_UNREADABLE`, or ``v`` as a :class:`VersionMismatch` shows it (None when the
+    whole object was read and has no ``v``).
+    """
+    data = bytes(payload)
+    m = _TOKEN.match(data, 0)
+    if m is None or m.lastindex != _OPEN or data[m.start(_OPEN)] != ord("{"):
+        return _UNREADABLE  # not an object: there is no version to read
+    pos = m.end()
+    found: object = _UNREADABLE
+    expect = "key or end"
+    is_v = False
+    steps = _SURVEY_STEPS
+    while steps > 0:
+        steps -= 1
+        m = _TOKEN.match(data, pos)
+        if m is None:
+            break
+        pos = m.end()
+        kind = m.lastindex
+        if expect in ("key or end", "key") and kind == _STRING:
+            is_v = _is_v(data[m.start(_STRING) : pos])
+            expect = ":"
+        elif expect == ":" and kind == _PUNCT and data[m.start(_PUNCT)] == ord(":"):
+            expect = "value"
+        elif expect == "value" and kind in (_STRING, _ATOM):
+            if is_v:
+                token = data[m.start(kind) : pos]
+                found = _OURS if token == b"%d" % VERSION else _shown(data, m.start(kind), pos)
+            expect = ", or end"
+        elif expect == "value" and kind == _OPEN:
+            start = m.start(_OPEN)
+            if is_v:  # a container is not the version, however it ends
+                found = _shown(data, start, len(data))
+            pos, steps = _skip_nested(data, pos, steps)
+            if pos < 0:
+                break
+            if is_v:
+                found = _shown(data, start, pos)
+            expect = ", or end"
+        elif expect == ", or end" and kind == _PUNCT and data[m.start(_PUNCT)] == ord(","):
+            expect = "key"
+        elif expect in ("key or end", ", or end") and kind == _CLOSE:
+            return None if found is _UNREADABLE else found  # the whole object was read
+        else:
+            break  # broken syntax: what was read before it decides
+    return found
+
+
+def _skip_nested(data: bytes, pos: int, steps: int) -> tuple[int, int]:
+    """Skip the rest of a value one bracket deep at ``pos``: (where it ends, steps left),
+    or (-1, steps) if it does not end (or the steps run out) first.
+
+    Between two strings only the brackets count, and a stretch that cannot close the
+    value (it has fewer closing brackets than the value is deep) is taken whole, its
+    brackets counted in C; only the stretch that closes it is walked bracket by bracket.
+    """
+    depth = 1
+    end = len(data)
+    while steps > 0:
+        steps -= 1
+        quote = data.find(b'"', pos)
+        stop = end if quote < 0 else quote
+        closes = data.count(b"]", pos, stop) + data.count(b"}", pos, stop)
+        if closes >= depth:  # this stretch may close the value: walk it
+            for m in _BRACKET.finditer(data, pos, stop):
+                steps -= 1
+                if steps <= 0:
+                    return -1, steps
+                depth += 1 if data[m.start()] in b"[{" else -1
+                if depth == 0:
+                    return m.end(), steps
+        else:
+            depth += data.count(b"[", pos, stop) + data.count(b"{", pos, stop) - closes
+        if quote < 0:
+            return -1, steps  # the frame ends inside the value
+        string = _STRING_AT.match(data, quote)
+        if string is None:
+            return -1, steps  # a string that never ends
+        pos = string.end()
+    return -1, steps
+
+
+def _is_v(key: bytes) -> bool:
+    if key == b'"v"':
+        return True
+    if b"\\" not in key or len(key) > _SHOWN_BYTES:
+        return False
+    try:
+        return bool(_ANY_DECODER.decode(key) == "v")  # "\u0076" is "v" too
     except msgspec.DecodeError:
-        return  # not JSON at all: the caller reports that
-    if not isinstance(obj, dict):
-        return
-    v = obj.get("v", None)
-    if type(v) is not int or v != VERSION:
-        raise VersionMismatch(v, VERSION)
+        return False
+
+
+def _shown(data: bytes, start: int, end: int) -> object:
+    """A ``v`` that is not ours, as a VersionMismatch shows it: decoded when it is short
+    and decodes, else its first bytes as text."""
+    raw = data[start : min(end, start + _SHOWN_BYTES + 1)]
+    if end - start <= _SHOWN_BYTES:
+        try:
+            return _ANY_DECODER.decode(raw)
+        except (msgspec.DecodeError, RecursionError):
+            pass
+    return raw[:_SHOWN_BYTES].decode("utf-8", "replace") + "..."
 
 
 def frame_message(message: Message, max_frame_bytes: int = MAX_FRAME_BYTES) -> bytearray:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
+from types import FrameType
 from typing import Any, Final, TypeVar, cast
 
 import msgspec
@@ -13,6 +15,7 @@ from hypothesis import strategies as st
 
 from protocol import (
     MAX_FRAME_BYTES,
+    MAX_NESTING,
     VERSION,
     FrameDecoder,
     Kind,
@@ -625,6 +628,139 @@ def test_surrogates_in_a_starts_bindings_become_u_fffd() -> None:
     assert got.program == "print('\ufffd')"
     assert got.bindings == (StartBinding(name="a\ufffd", signature="a\ufffd(x)"),)
     assert got.result_id == "r\ufffd"
+
+
+# -- nesting, and the version first (issue 12) ---------------------------------------------
+
+
+def nested(depth: int, *, v: bytes | None = b"1", key: bytes = b"x") -> bytes:
+    """A Request with one more field, nested ``depth`` arrays deep (``v`` first unless None)."""
+    head = (
+        b'{"id":"1","tool":"t","args":"",'
+        if v is None
+        else b'{"v":%s,"id":"1","tool":"t","args":"",' % v
+    )
+    return head + b'"%s":' % key + b"[" * depth + b"]" * depth + b"}"
+
+
+_DEEP: Final = [1_000, 10_000, 100_000]
+
+
+@pytest.mark.parametrize("cls", _TYPES, ids=_TYPE_IDS)
+@pytest.mark.parametrize("depth", _DEEP)
+@pytest.mark.parametrize(
+    "shape",
+    [
+        lambda d: nested(d, v=None),  # {"x":[[[...]]]}: no v at all
+        lambda d: nested(d),  # v ours, then the deep field
+        lambda d: nested(d, v=None, key=b"v"),  # {"v":[[[...]]]}: the version itself
+        lambda d: b'{"v":1,"x":' + b'{"a":' * d + b"1" + b"}" * d + b"}",  # objects
+        lambda d: b'{"v":1,"x":' + b"[" * d,  # never closed
+    ],
+    ids=["no-v", "v-first", "v-itself", "objects", "unclosed"],
+)
+def test_deep_nesting_is_a_protocol_error_never_a_recursion_error(
+    cls: type[Message], depth: int, shape: Any
+) -> None:
+    """However deep the nesting, a typed decoder raises RemoteProtocolError, nothing else."""
+    with pytest.raises(RemoteProtocolError):
+        decode(decoder_for(cls), shape(depth))
+
+
+@pytest.mark.parametrize("cls", _TYPES, ids=_TYPE_IDS)
+@pytest.mark.parametrize("depth", _DEEP)
+def test_deep_nesting_after_another_version_is_a_version_mismatch(
+    cls: type[Message], depth: int
+) -> None:
+    """The version decides first, even before nesting too deep to read."""
+    with pytest.raises(VersionMismatch) as excinfo:
+        decode(decoder_for(cls), nested(depth, v=b"2"))
+    assert excinfo.value.got == 2
+
+
+def _stack_depth() -> int:
+    depth = 0
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        depth += 1
+        frame = frame.f_back
+    return depth
+
+
+def _at_stack_depth(depth: int, fn: Any) -> Any:
+    """``fn()`` called with the Python stack ``depth`` frames deep."""
+    if _stack_depth() >= depth:
+        return fn()
+    return _at_stack_depth(depth, fn)
+
+
+@pytest.mark.parametrize("cls", _TYPES, ids=_TYPE_IDS)
+def test_nesting_up_to_max_nesting_is_read(cls: type[Message]) -> None:
+    """An unknown field nested MAX_NESTING deep is skipped: the frame decodes."""
+    obj = _valid_dict(cls)
+    payload = payload_of(obj)[:-1] + b',"later":' + b"[" * (MAX_NESTING - 1)
+    payload += b"]" * (MAX_NESTING - 1) + b"}"
+    assert decode(decoder_for(cls), payload) == decode(decoder_for(cls), payload_of(obj))
+
+
+def test_a_frame_within_max_nesting_from_too_deep_a_stack_is_a_local_error() -> None:
+    """A legal frame our own stack is too deep to decode is a LocalProtocolError: the
+    peer did nothing wrong, and it is still a protocol error, never a RecursionError."""
+    payload = nested(MAX_NESTING - 1)
+    deep = sys.getrecursionlimit() - MAX_NESTING // 2
+    with pytest.raises(LocalProtocolError, match="stack"):
+        _at_stack_depth(deep, lambda: decode(REQUEST_DECODER, payload))
+    assert decode(REQUEST_DECODER, payload).id == "1"  # the same frame, from a sane stack
+
+
+@pytest.mark.parametrize("v", [*_OUTSIDE_INT64, "1" + "0" * 5000], ids=lambda v: str(v)[:24])
+def test_a_version_outside_int64_is_a_version_mismatch(v: object) -> None:
+    """A ``v`` no int64 can hold is another version's (and its message stays short)."""
+    payload = b'{"v":%s,"id":"1","tool":"t","args":""}' % str(v).encode()
+    with pytest.raises(VersionMismatch) as excinfo:
+        decode(REQUEST_DECODER, payload)
+    assert len(str(excinfo.value)) < 300
+
+
+_OTHER_VERSION_BROKEN: Final = [
+    b'{"v":2,"x":1e400}',
+    b'{"v":2,"id":"\\ud800"}',
+    b'{"v":2,"args":"\xff"}',
+    b'{"v":2,"id":"1","tool":"t","args":"" trailing',
+    b'{"v":2,"x":[1,2,}',
+    b'{"x":1e400,"v":2}',
+    b'{"v":1,"v":2,"args":"\xff"}',
+    b'{"\\u0076":2,"x":1e400}',
+    b' \n{ "v" : 2 , "x" : [ "\\"]" , { } ] , "y":1e999}',
+    b'{"x":1e400}',
+]
+
+
+@pytest.mark.parametrize("cls", _TYPES, ids=_TYPE_IDS)
+@pytest.mark.parametrize("payload", _OTHER_VERSION_BROKEN, ids=repr)
+def test_the_version_decides_first_whatever_else_is_wrong(
+    cls: type[Message], payload: bytes
+) -> None:
+    """Out-of-range numbers, bad escapes, bad UTF-8 and broken syntax after ``v``: the
+    frame is another version's (VersionMismatch), as ``decode`` promises."""
+    with pytest.raises(VersionMismatch):
+        decode(decoder_for(cls), payload)
+
+
+@pytest.mark.parametrize("cls", _TYPES, ids=_TYPE_IDS)
+@pytest.mark.parametrize(
+    "payload",
+    [b'{"v":1,"x":1e400}', b'{"v":2,"v":1,"x":1e400}', b'{"x":1, oops "v":2}', b"[2]"],
+    ids=repr,
+)
+def test_a_broken_frame_whose_version_is_ours_or_unreadable_is_malformed(
+    cls: type[Message], payload: bytes
+) -> None:
+    """When ``v`` is ours (the last one counts, as in the typed decoder), or the frame
+    breaks before any ``v``, the frame is plainly malformed."""
+    with pytest.raises(RemoteProtocolError) as excinfo:
+        decode(decoder_for(cls), payload)
+    assert not isinstance(excinfo.value, VersionMismatch)
 
 
 # -- kinds ------------------------------------------------------------------------------------

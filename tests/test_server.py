@@ -334,6 +334,9 @@ _HUGE_DEADLINE = b'{"v":1,"id":"2","tool":"t","args":"","deadline_ms":1' + b"0" 
         (b"\x00\x00\x00\x00", RemoteProtocolError),
         (encode_frame(b'{"v":2,"id":"1","tool":"t","args":""}'), VersionMismatch),
         (encode_frame(b'{"v":1,"id":"","tool":"t","args":""}'), RemoteProtocolError),
+        (encode_frame(b'{"x":' + b"[" * 1000 + b"]" * 1000 + b"}"), RemoteProtocolError),
+        (encode_frame(b'{"v":[' + b"[" * 10_000 + b"]" * 10_000 + b"]}"), RemoteProtocolError),
+        (encode_frame(b'{"v":2,"x":' + b"[" * 10_000 + b"]" * 10_000 + b"}"), VersionMismatch),
         (
             encode_frame(
                 b'{"v":1,"id":"1","tool":"t","args":"","deadline_ms":1' + b"0" * 400 + b"}"
@@ -347,6 +350,9 @@ _HUGE_DEADLINE = b'{"v":1,"id":"2","tool":"t","args":"","deadline_ms":1' + b"0" 
         "empty-frame",
         "version",
         "empty-id",
+        "deep-nesting",
+        "deep-version-value",
+        "deep-after-other-version",
         "deadline-past-int64",
     ],
 )
@@ -518,3 +524,17 @@ async def test_starter_reports_a_child_that_closes_without_result() -> None:
             await starter.start(_start_message())
     finally:
         os.close(down[0])
+
+
+async def test_starter_fails_on_a_deeply_nested_result() -> None:
+    """Nesting no decoder can follow fails Starter.start with RemoteProtocolError at once
+    (not RecursionError, and not a wait for a Result that will never come)."""
+    down, up = os.pipe(), os.pipe()
+    starter = Starter(FdChannel(up[0], down[1]))
+    try:
+        os.write(up[1], encode_frame(b'{"x":' + b"[" * 10_000 + b"]" * 10_000 + b"}"))
+        with anyio.fail_after(10), pytest.raises(RemoteProtocolError):
+            await starter.start(_start_message())
+    finally:
+        os.close(down[0])
+        os.close(up[1])

@@ -10,6 +10,9 @@ settled exactly once.
 
 from __future__ import annotations
 
+import os
+import threading
+import time
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -29,6 +32,7 @@ from protocol import (
     MAX_FRAME_BYTES,
     VERSION,
     ChannelClosed,
+    Client,
     ClientCore,
     Kind,
     LocalFrameTooLarge,
@@ -613,6 +617,65 @@ def test_a_value_that_is_not_valid_unicode_is_still_answered() -> None:
 
 
 # -- hostile shapes (issue 12) --------------------------------------------------------------
+
+#: A frame nested far deeper than any decoder on a Python stack can follow.
+DEEP: Final = encode_frame(b'{"v":[' + b"[" * 10_000 + b"]" * 10_000 + b"]}")
+
+
+def test_a_deeply_nested_request_is_a_protocol_error_at_the_server_core() -> None:
+    """The parent's core raises RemoteProtocolError (never RecursionError) and stays failed."""
+    server = ServerCore()
+    server.receive_data(frame_message(request("1")) + DEEP)
+    first = server.next_request()
+    assert isinstance(first, Request)
+    assert server.admit(first) is None
+    with pytest.raises(RemoteProtocolError):
+        server.next_request()
+    assert server.abandon_all() == ["1"]  # nothing accepted is forgotten
+
+
+def test_a_deeply_nested_response_is_a_protocol_error_at_the_client_core() -> None:
+    """The child's core raises RemoteProtocolError; close() still hands back every call."""
+    client = ClientCore()
+    ids = [client.request("t", "{}")[0] for _ in range(3)]
+    client.receive_data(DEEP)
+    with pytest.raises(RemoteProtocolError):
+        client.next_response()
+    assert sorted(client.close()) == sorted(ids)
+
+
+def test_a_deeply_nested_response_fails_every_pending_call_of_the_client() -> None:
+    """The real child Client: the call that reads the frame and every other pending call
+    fail with the RemoteProtocolError, as do later calls; none of them hangs."""
+    down, up = os.pipe(), os.pipe()
+    client = Client(down[0], up[1])
+    errors: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            client.call("t", "{}")
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=call, daemon=True) for _ in range(3)]
+    try:
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 10
+        while client.calls_made < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        os.write(down[1], DEEP)
+        for t in threads:
+            t.join(timeout=10)
+        assert not any(t.is_alive() for t in threads)
+        assert len(errors) == 3
+        assert all(isinstance(e, RemoteProtocolError) for e in errors), errors
+        with pytest.raises(RemoteProtocolError):
+            client.call("t", "{}")
+    finally:
+        client.close()
+        os.close(down[1])
+        os.close(up[0])
 
 
 @pytest.mark.parametrize("deadline_ms", [2**63, 10**400], ids=["2**63", "10**400"])

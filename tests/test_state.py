@@ -35,6 +35,7 @@ from protocol import (
     Start,
     StartBudget,
     StarterCore,
+    encode_frame,
     frame_message,
 )
 from protocol._messages import RESULT_DECODER, START_DECODER, decode
@@ -565,6 +566,31 @@ def test_eof_after_the_run_is_a_clean_close() -> None:
 
 
 # -- hostile shapes (issue 12) --------------------------------------------------------------
+
+#: A frame nested far deeper than any decoder on a Python stack can follow.
+DEEP: Final = encode_frame(b'{"x":' + b"[" * 10_000 + b"]" * 10_000 + b"}")
+
+
+def test_a_deeply_nested_result_fails_the_starter_for_good() -> None:
+    """Nesting no decoder can follow is a RemoteProtocolError (not RecursionError): the
+    starter is then in ERROR, and stays there."""
+    starter = starter_in(State.AWAITING_RESULT)
+    starter.receive_data(DEEP)
+    with pytest.raises(RemoteProtocolError) as excinfo:
+        starter.next_result()
+    assert starter.state is State.ERROR
+    with pytest.raises(RemoteProtocolError) as again:
+        starter.next_result()
+    assert again.value is excinfo.value
+
+
+def test_a_deeply_nested_start_fails_the_runner_for_good() -> None:
+    """The same for the runner: a RemoteProtocolError, then ERROR."""
+    runner = RunnerCore()
+    runner.receive_data(DEEP)
+    with pytest.raises(RemoteProtocolError):
+        runner.next_start()
+    assert runner.state is State.ERROR
 
 
 @pytest.mark.parametrize("field", ["wall_clock", "max_calls", "max_bytes", "max_memory"])

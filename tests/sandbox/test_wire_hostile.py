@@ -1,0 +1,44 @@
+"""Programs that send the wire's hostile shapes themselves (issue 12): whatever the bytes,
+``sandbox.run`` returns a RunResult whose cause is ``protocol``, and the host survives."""
+
+from __future__ import annotations
+
+import pytest
+
+import sandbox
+from sandbox import Budget, Kind, Level
+
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("spawn")]
+
+# The runner's argv carries the channels' descriptors: start (read, write), call (read,
+# write). The program writes one frame itself, on the channel's write end, then waits.
+_PROGRAM = """\
+import os, sys, time
+payload = {payload!r}
+os.write(int(sys.argv[{fd}]), len(payload).to_bytes(4, "big") + payload)
+time.sleep(600)
+"""
+
+_DEEP = b'{"x":' + b"[" * 10_000 + b"]" * 10_000 + b"}"
+_DEEP_V = b'{"v":[' + b"[" * 1_000 + b"]" * 1_000 + b"]}"
+_HUGE_DEADLINE = b'{"v":1,"id":"1","tool":"echo","args":"1","deadline_ms":1' + b"0" * 400 + b"}"
+
+
+def echo(n: int) -> int:
+    return n
+
+
+@pytest.mark.parametrize(
+    ("payload", "fd"),
+    [(_DEEP, 4), (_DEEP_V, 4), (_DEEP, 2), (_HUGE_DEADLINE, 4)],
+    ids=["deep-on-call", "deep-v-on-call", "deep-on-start", "deadline-past-int64"],
+)
+async def test_a_hostile_frame_is_a_protocol_failure(payload: bytes, fd: int) -> None:
+    """A frame no decoder can follow, on either channel, or a deadline past int64, ends the
+    run as a protocol failure: a RunResult, never an exception out of ``run``."""
+    program = _PROGRAM.format(payload=payload, fd=fd)
+    result = await sandbox.run(
+        program, tools=[echo], budget=Budget(wall_clock=10.0), level=Level.PROCESS
+    )
+    assert (result.kind, result.cause) == (Kind.UNKNOWN, "protocol"), result.error
+    assert result.wall_time < 10
