@@ -40,9 +40,11 @@ DEFAULT_MAX_INFLIGHT: Final = 64
 #: side skips. The decoder (msgspec, in C) recurses once per level on the interpreter's
 #: stack, which ``sys.getrecursionlimit()`` bounds (1,000 by default, less the caller's own
 #: frames), so it cannot promise Go's 10,000. A frame nested deeper than it can read is
-#: refused with a :class:`~protocol.RemoteProtocolError`, never a ``RecursionError``;
-#: checking every frame against this number instead would cost a scan of each frame on the
-#: hot path, so a frame deeper than this that the decoder can read is read.
+#: refused with a :class:`~protocol.RemoteProtocolError`, never a ``RecursionError`` (a
+#: :class:`~protocol.LocalProtocolError` when the caller's own stack left the decoder fewer
+#: levels than this: the frame may be legal). Checking every frame against this number
+#: would cost a scan of each frame on the hot path, so a deeper frame that the decoder can
+#: follow is read.
 MAX_NESTING: Final = 256
 
 #: Integers on the wire are Go's ``int64``, as in the seed: a counter, duration or version
