@@ -9,8 +9,8 @@ decided when the client says it decides them (``invoke``).
 
 from __future__ import annotations
 
+import ipaddress
 import math
-import socket
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -23,6 +23,7 @@ import pydantic
 from mcp.server import Server
 from mcp.server.connection import Connection
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ServerMessageMetadata
@@ -48,14 +49,18 @@ from ._capability import (
 )
 from ._errors import PlaneError, UnknownTool
 from ._executor import FACTS_TIMEOUT, InProcess
+from ._http import PATH, http_app, listening_socket
 from ._model import Call, CallContext, Descriptor, Result, Tool
 from ._stdio import StdioTransport
 
 __all__ = ["SESSION_IDLE", "ExecutorServer", "Tools"]
 
-#: How long a session served over HTTP may start no request before it is closed and its
-#: calls (and with them their programs' runs) are ended.
+#: How long a session served over HTTP may have no request in flight before it is closed
+#: (a request in flight, a program's run among them, keeps it open however long it takes).
 SESSION_IDLE: Final = 300.0
+
+#: Where a connection's :class:`_Activity` is kept in its state.
+_ACTIVITY: Final = f"{CAPABILITY_KEY}#activity"
 
 #: Builds a session's tools for its budget (called for every session, and once at the
 #: ceilings when the server is made, to check what it builds).
@@ -90,14 +95,29 @@ class _InvokeResult(types.Result):
 
 
 @final
+class _Activity:
+    """A connection's requests: how many are in flight, and when the last one ended."""
+
+    def __init__(self) -> None:
+        self.busy = 0
+        self.last = time.monotonic()
+
+    def idle_for(self, now: float) -> float:
+        """Seconds without a request in flight (0 while one is)."""
+        return 0.0 if self.busy else now - self.last
+
+
+@final
 class _Session:
     """One client's session: its budget, its tools, and the calls it has in flight."""
 
-    def __init__(self, executor: InProcess, asked: Asked, session_id: str | None) -> None:
+    def __init__(
+        self, executor: InProcess, asked: Asked, session_id: str | None, activity: _Activity
+    ) -> None:
         self.executor = executor
         self.asked = asked
         self.session_id = session_id
-        self.last_request = time.monotonic()
+        self.activity = activity
         self.calls: set[anyio.CancelScope] = set()
         self.ended = False
 
@@ -152,6 +172,7 @@ class ExecutorServer:
         self._probe = probe
         self.name, self.version, self.level = name, version, level
         self._live: set[_Session] = set()
+        self._sessions: StreamableHTTPSessionManager | None = None
         self._capability: dict[str, Any] | None = None
         self._server = self._build()
 
@@ -210,9 +231,9 @@ class ExecutorServer:
     async def _middleware(
         self, ctx: ServerRequestContext[Any], call_next: CallNext
     ) -> HandlerResult:
-        state = _connection_of(ctx).state.get(CAPABILITY_KEY)
-        if isinstance(state, _Session):
-            state.last_request = time.monotonic()
+        # A session with a request in flight is not idle, however long the request takes.
+        activity = _activity_of(_connection_of(ctx))
+        activity.busy += 1
         try:
             return await call_next(ctx)
         except pydantic.ValidationError as exc:
@@ -221,6 +242,9 @@ class ExecutorServer:
             error = MCPError(code=INVALID_PARAMS, message=message)
             self._log(f"refused {ctx.method} (id {ctx.request_id!r}): {INVALID_PARAMS}: {message}")
             raise error from None
+        finally:
+            activity.busy -= 1
+            activity.last = time.monotonic()
 
     def _state(self, ctx: ServerRequestContext[Any]) -> _Session:
         """The session's state, made at its first request after initialize."""
@@ -242,7 +266,7 @@ class ExecutorServer:
         executor = InProcess(
             self._make(budget), descriptor=self.descriptor, facts_timeout=self._facts_timeout
         )
-        state = _Session(executor, asked, connection.session_id)
+        state = _Session(executor, asked, connection.session_id, _activity_of(connection))
         connection.state[CAPABILITY_KEY] = state
         self._live.add(state)
 
@@ -373,32 +397,40 @@ class ExecutorServer:
 
         Requests naming a host other than the one served (DNS rebinding) and cross-origin
         requests from a browser page are refused; ``allowed_hosts`` and
-        ``allowed_origins`` add to what is accepted (``host:*`` matches any port).
+        ``allowed_origins`` add to what is accepted (``host:*`` matches any port). Host
+        names compare without case.
+
+        Args:
+            idle: seconds a session may have no request in flight before it is closed.
+
+        Raises:
+            ValueError: a bad option.
+            OSError: the address cannot be bound.
         """
         import uvicorn
 
         if not (idle > 0 and math.isfinite(idle)):
             raise ValueError(f"idle must be a positive number of seconds, got {idle!r}")
         await self.prepare()
-        sock = _listening_socket(host, port)
-        bound = sock.getsockname()[1]
-        names = _host_names(host)
-        security = TransportSecuritySettings(
-            enable_dns_rebinding_protection=True,
-            allowed_hosts=[*(f"{n}:{bound}" for n in names), *allowed_hosts],
-            allowed_origins=[*(f"http://{n}:{bound}" for n in names), *allowed_origins],
-        )
-        app = self._server.streamable_http_app(
-            host=host,
-            transport_security=security,
-            # The SDK's idle timeout counts a client's open event stream as a request in
-            # flight, so a client that holds one is never idle; ours counts requests
-            # started (the keep-alive pings among them).
-            session_idle_timeout=None,
-        )
-        uv = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-        url = f"http://{_url_host(host)}:{bound}/mcp"
+        sock = listening_socket(host, port)
         try:
+            bound = sock.getsockname()[1]
+            scheme = "http"
+            url = f"{scheme}://{_url_host(host)}:{bound}{PATH}"
+            names = _host_names(host)
+            security = TransportSecuritySettings(
+                enable_dns_rebinding_protection=True,
+                allowed_hosts=[
+                    *(f"{n}:{bound}" for n in names),
+                    *(h.lower() for h in allowed_hosts),
+                ],
+                allowed_origins=[
+                    *(f"{scheme}://{n}:{bound}" for n in names),
+                    *(o.lower() for o in allowed_origins),
+                ],
+            )
+            app, self._sessions = http_app(self._server, security=security, log=self._log)
+            uv = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._expire_idle, idle)
                 tg.start_soon(uv.serve, [sock])
@@ -422,15 +454,16 @@ class ExecutorServer:
             await anyio.sleep(min(idle / 4, 5.0))
             now = time.monotonic()
             for state in self.sessions:
-                if now - state.last_request > idle:
+                if state.activity.idle_for(now) > idle:
                     await self._close_session(state)
 
     async def _close_session(self, state: _Session) -> None:
         await state.end()
         if state.session_id is None:
             return
-        manager = self._server.session_manager
-        transport = manager._server_instances.get(state.session_id)
+        if self._sessions is None:
+            return
+        transport = self._sessions._server_instances.get(state.session_id)
         if transport is not None:
             await transport.terminate()
 
@@ -449,6 +482,13 @@ def _invalid_params(method: str, exc: pydantic.ValidationError) -> str:
     where = ".".join(str(p) for p in first["loc"]) or "params"
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
     return f"Invalid params: {method}: {where}: {first['msg']}{more}"
+
+
+def _activity_of(connection: Connection) -> _Activity:
+    activity = connection.state.get(_ACTIVITY)
+    if not isinstance(activity, _Activity):
+        activity = connection.state[_ACTIVITY] = _Activity()
+    return activity
 
 
 def _connection_of(ctx: ServerRequestContext[Any]) -> Connection:
@@ -507,32 +547,19 @@ def _mcp_result(result: Result) -> types.CallToolResult:
 
 
 def _host_names(host: str) -> list[str]:
-    if host in ("127.0.0.1", "localhost", "::1"):
+    if _loopback(host):
         return ["127.0.0.1", "localhost", "[::1]"]
-    return [_url_host(host)]
+    return [_url_host(host.lower())]
 
 
 def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-def _listening_socket(host: str, port: int) -> socket.socket:
-    """A TCP socket bound to ``host:port``, whose accepted connections send at once.
-
-    The protocol number matters: asyncio sets TCP_NODELAY on a connection it accepts only
-    when the listening socket says IPPROTO_TCP, and ``socket.socket(family)`` says 0.
-    Without TCP_NODELAY, the second small write of a response (an SSE event after its
-    headers) waits for the ACK of the first, which a kept-alive client delays by 40 ms.
-    Set on the listening socket as well, which Linux copies to the connections it accepts
-    whatever the event loop does.
-    """
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+def _loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
     try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.bind((host, port))
-    except BaseException:
-        sock.close()
-        raise
-    return sock
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -33,18 +33,21 @@ INITIALIZE: dict[str, Any] = {
 
 @asynccontextmanager
 async def http_server(
-    *extra: str, address: str = "127.0.0.1:0", env: Mapping[str, str] | None = None
+    *extra: str,
+    address: str = "127.0.0.1:0",
+    env: Mapping[str, str] | None = None,
+    said: bytearray | None = None,
 ) -> AsyncIterator[tuple[str, anyio.abc.Process]]:
     """``sandbox serve --http ADDRESS`` of the test tools; its URL and process. Killed at the
-    end, however the test ends."""
+    end, however the test ends. What it writes on standard error goes to ``said``."""
     command = [sys.executable, "-m", "sandbox", "serve", "--level", "process"]
     command += ["--tools", SERVED, "--http", address, *extra]
     environ = {**os.environ, **(env or {})}
     proc = await anyio.open_process(command, stderr=subprocess.PIPE, env=environ)
+    said = bytearray() if said is None else said
     async with proc, anyio.create_task_group() as tg:
         try:
             assert proc.stderr is not None
-            said = b""
             with anyio.fail_after(30):
                 async for chunk in proc.stderr:
                     said += chunk
@@ -54,8 +57,8 @@ async def http_server(
             assert found, said.decode(errors="replace")
 
             async def drain() -> None:
-                async for _ in proc.stderr:  # type: ignore[union-attr]
-                    pass
+                async for chunk in proc.stderr:  # type: ignore[union-attr]
+                    said.extend(chunk)
 
             tg.start_soon(drain)
             yield found.group(1).decode(), proc

@@ -1,0 +1,178 @@
+"""The HTTP application of ``sandbox serve --http``: the MCP SDK's streamable HTTP parts,
+put together with what they lack.
+
+* A cancelled request gets no answer. The SDK's 2025-era transport answers one with
+  ``-32800``, which the spec forbids (and the TypeScript client reports as a response for
+  an unknown message id); :class:`_Transport` only ends the request's stream.
+* A malformed message gets the JSON-RPC error it deserves in a line
+  (:func:`~sandbox.plane._jsonrpc.diagnose`), where the SDK answers every one with
+  ``-32602`` and pydantic's whole report; and a line in the log.
+* Host names compare without case (``LOCALHOST:PORT`` is the host served): the SDK's check
+  of the Host and Origin headers is exact, so they are lowered before it.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+from typing import Any, Final
+from uuid import uuid4
+
+from mcp.server.auth.middleware.bearer_auth import AuthorizationContext
+from mcp.server.lowlevel.server import Server
+from mcp.server.streamable_http import StreamableHTTPServerTransport
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp_types import RequestId, jsonrpc_message_adapter
+from pydantic import ValidationError
+from starlette.applications import Starlette
+from starlette.responses import Response
+from starlette.routing import Route
+from starlette.types import Message, Receive, Scope, Send
+
+from protocol import MAX_FRAME_BYTES
+
+from ._jsonrpc import diagnose
+
+__all__ = ["MAX_BODY", "PATH", "http_app", "listening_socket"]
+
+#: Where the MCP endpoint is.
+PATH: Final = "/mcp"
+#: The largest request body read: a program the sandbox can take (a frame of 16 MiB) fits,
+#: with room for JSON's escapes; a larger one is refused (413) before it is read.
+MAX_BODY: Final = 2 * MAX_FRAME_BYTES
+#: Headers whose values are host names, compared without case.
+_CASELESS: Final = (b"host", b"origin")
+
+
+class _Transport(StreamableHTTPServerTransport):
+    """The SDK's transport of one session, but a cancelled request is never answered."""
+
+    async def _terminate_unanswered_request(self, request_id: RequestId) -> None:
+        # The SDK writes a -32800 error here, so that the request's stream ends with a
+        # response. The spec says a cancelled request gets none; ending its stream is
+        # enough (the client stopped waiting when it cancelled).
+        self.close_sse_stream(str(request_id))
+
+
+class _Sessions(StreamableHTTPSessionManager):
+    """The SDK's session manager, with :class:`_Transport`, its requests' host names
+    lowered, and malformed messages answered in a line."""
+
+    def __init__(self, server: Server[Any], log: Callable[[str], Any], **options: Any) -> None:
+        super().__init__(server, **options)
+        self._log = log
+
+    def _admit_session(
+        self, requestor: AuthorizationContext | None
+    ) -> StreamableHTTPServerTransport | None:
+        # As the SDK's, with our transport.
+        if self.max_sessions is not None and len(self._server_instances) >= self.max_sessions:
+            return None
+        transport = _Transport(
+            mcp_session_id=uuid4().hex,
+            is_json_response_enabled=self.json_response,
+            event_store=self.event_store,
+            security_settings=self.security_settings,
+            retry_interval=self.retry_interval,
+            idle_timeout=self.session_idle_timeout,
+        )
+        session_id = transport.mcp_session_id
+        assert session_id is not None
+        if requestor is not None:
+            self._session_owners[session_id] = requestor
+        self._server_instances[session_id] = transport
+        return transport
+
+    async def _handle_request(self, scope: Scope, receive: Receive, send: Send) -> None:
+        scope["headers"] = [
+            (k, v.lower() if k in _CASELESS else v) for k, v in scope.get("headers", [])
+        ]
+        if scope.get("method") == "POST":
+            body, receive = await _read_body(receive)
+            try:
+                jsonrpc_message_adapter.validate_json(body, by_name=False)
+            except ValidationError:
+                bad = diagnose(body)
+                client = scope.get("client")
+                who = f"{client[0]}:{client[1]}" if client else "a client"
+                self._log(f"refused a malformed message from {who}: {bad.line()}")
+                refusal = Response(
+                    bad.error().model_dump_json(by_alias=True, exclude_unset=True),
+                    status_code=400,
+                    media_type="application/json",
+                )
+                await refusal(scope, receive, send)
+                return
+        await super()._handle_request(scope, receive, send)
+
+
+async def _read_body(receive: Receive) -> tuple[bytes, Receive]:
+    """The request's body, and a ``receive`` that gives it again (then the rest)."""
+    chunks: list[bytes] = []
+    pending: list[Message] = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            pending.append(message)
+            break
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    body = b"".join(chunks)
+    pending.insert(0, {"type": "http.request", "body": body, "more_body": False})
+
+    async def again() -> Message:
+        return pending.pop(0) if pending else await receive()
+
+    return body, again
+
+
+def http_app(
+    server: Server[Any],
+    *,
+    security: TransportSecuritySettings,
+    log: Callable[[str], Any],
+) -> tuple[Starlette, StreamableHTTPSessionManager]:
+    """The ASGI application serving ``server`` at :data:`PATH`, and its session manager.
+
+    Args:
+        security: the Host and Origin headers accepted (lower-case names).
+        log: told, in a line, of each malformed message refused.
+    """
+    sessions = _Sessions(
+        server,
+        log,
+        security_settings=security,
+        max_request_body_size=MAX_BODY,
+        # The SDK's idle timeout counts a client's open event stream as a request in
+        # flight, so a client that holds one is never idle; ExecutorServer keeps its own.
+        session_idle_timeout=None,
+    )
+    app = Starlette(
+        routes=[Route(PATH, endpoint=StreamableHTTPASGIApp(sessions))],
+        lifespan=lambda _: sessions.run(),
+    )
+    return app, sessions
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port``, whose accepted connections send at once.
+
+    The protocol number matters: asyncio sets TCP_NODELAY on a connection it accepts only
+    when the listening socket says IPPROTO_TCP, and ``socket.socket(family)`` says 0.
+    Without TCP_NODELAY, the second small write of a response (an SSE event after its
+    headers) waits for the ACK of the first, which a kept-alive client delays by 40 ms.
+    Set on the listening socket as well, which Linux copies to the connections it accepts
+    whatever the event loop does.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.bind((host, port))
+    except BaseException:
+        sock.close()
+        raise
+    return sock
