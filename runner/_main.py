@@ -303,6 +303,20 @@ def _confine(request_json: str, *, detach: bool = False) -> str | None:
     return None
 
 
+def _own_main_thread() -> None:
+    """Make :mod:`threading`'s main thread this process's, if it was imported before.
+
+    Its native id is read when :mod:`threading` is imported, and Python 3.11 does not
+    update it after a fork: in a runner the zygote forked, it would be the zygote's pid (in
+    a confined one, a pid from outside the namespace).
+    """
+    threading = sys.modules.get("threading")
+    if threading is not None:
+        main_thread = threading.main_thread()
+        if hasattr(main_thread, "_set_native_id"):
+            main_thread._set_native_id()
+
+
 def _run_program(backend: Backend, start: Start, client: Client) -> Outcome:
     try:
         return backend.run(start, client)
@@ -356,7 +370,9 @@ def run(argv: Sequence[str]) -> int:
         _say(f"{exc}\n{_USAGE}")
         return EXIT_USAGE
     _tie_to_parent(death_signal=not args.supervised)
-    if os.getppid() != parent:  # died before the death signal was armed: nobody to serve
+    orphaned = os.getppid() != parent
+    del parent  # a pid of the host's side: not for the program to find up its stack
+    if orphaned:  # died before the death signal was armed: nobody to serve
         _say("the parent exited before the runner started")
         return EXIT_ORPHANED
     return serve(args)
@@ -426,6 +442,7 @@ def serve(args: Arguments) -> int:
             except (ProtocolError, OSError):
                 pass
             return EXIT_NOT_CONFINED
+    _own_main_thread()
     outcome = _run_program(backend, start, client)
     _flush_stdio()
     try:

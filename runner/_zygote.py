@@ -22,6 +22,11 @@ A request is a :class:`ForkRequest` with eight descriptors (:data:`FD_NAMES`): t
 channels and stdout/stderr ends, a ``ready`` pipe and the run's **report** socket. For each
 request the zygote forks once. In the child, before anything of the run arrives, it:
 
+* leaves the zygote behind: closes the zygote's sockets and unwinds the zygote's stack to
+  the top (:class:`_Unwind`), taking only its request and descriptors along, which it drops
+  in turn once it has used them; so nothing of the zygote's bookkeeping (other runs'
+  working directories and cgroups, the host's pid, the host's cgroup paths) is left for
+  the program to find (through the stack, :mod:`gc` or module globals);
 * joins the run's cgroups (so everything it forks later is counted), starts a session,
   makes the pipes its stdio and channels, closes every other descriptor (the control
   channel included), moves to the run's working directory, takes the run's environment;
@@ -54,9 +59,12 @@ import socket
 import sys
 import time
 from collections.abc import Sequence
-from typing import Final, NoReturn
+from typing import TYPE_CHECKING, Final, NoReturn
 
 import msgspec
+
+if TYPE_CHECKING:
+    from . import _main
 
 __all__ = ["FD_NAMES", "Exited", "ForkRequest", "Forked", "Moved", "main"]
 
@@ -291,7 +299,8 @@ class _Zygote:
             report.close()
             return
         if pid == 0:
-            _child(request, fds, self.control.fileno())
+            self._leave(report)
+            raise _Unwind(_Job(request, fds))
         for fd in fds:
             os.close(fd)
         try:
@@ -306,6 +315,22 @@ class _Zygote:
         self.runners[pid] = _Runner(report, request)
         self.places.add(os.path.dirname(request.workdir))
         self.places.update(os.path.dirname(os.path.dirname(p)) for p in request.cgroups)
+
+    def _leave(self, report: socket.socket) -> None:
+        """In a forked child: let go of what is the zygote's (its sockets, its signals, its
+        bookkeeping), before :class:`_Unwind` drops the rest."""
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        # Closed here, not when they are freed: by then their numbers may be someone else's.
+        # (A close that fails leaves a descriptor the child closes with the others.)
+        for fd in (self.wake_r, self.wake_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        for sock in (self.control, report, *(r.report for r in self.runners.values())):
+            with contextlib.suppress(OSError):
+                sock.close()
+        self.runners.clear()
+        self.places.clear()
 
     def _reap(self) -> None:
         """Reap every dead child; then report the runners among them.
@@ -396,69 +421,107 @@ class _Zygote:
         os._exit(0)
 
 
-def _child(request: ForkRequest, fds: list[int], control: int) -> NoReturn:
-    """In the forked child: become the run's runner (see the module docstring)."""
+class _Job:
+    """What a forked child takes out of the zygote: its request and descriptors, and which
+    descriptor to say why on if it cannot start. :func:`_become_runner` empties it."""
+
+    __slots__ = ("fds", "ready", "request")
+
+    def __init__(self, request: ForkRequest, fds: list[int]) -> None:
+        self.request: ForkRequest | None = request
+        self.fds = fds
+        self.ready = fds[6]  # the ready pipe, until the runner owns it
+
+
+class _Unwind(BaseException):
+    """Raised in a forked child, caught in :func:`main`: it leaves the zygote's frames.
+
+    A forked child is a copy of the zygote in the middle of its loop: the frames up its
+    stack hold the zygote's state (its runners, with other runs' working directories and
+    cgroups; the host's pid; the request, with the host's cgroup paths), and a program can
+    walk up to them (``sys._getframe().f_back``). Unwinding to the top frees them all before
+    the child becomes a runner; what the child needs comes down in the :class:`_Job`. So
+    nothing between :meth:`_Zygote._fork` and :func:`main` may catch it, nor clean up on
+    its way out (a ``finally`` there would run in every child).
+    """
+
+    def __init__(self, job: _Job) -> None:
+        super().__init__()
+        self.job = job
+
+
+def _child(job: _Job) -> NoReturn:
+    """In the forked child, out of the zygote's frames: become the run's runner (see the
+    module docstring)."""
     status = EXIT_CHILD_SETUP
-    ready = fds[6]  # where to say why, if this fails before the runner owns the pipe
     try:
-        signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        os.close(control)
-        for procs in request.cgroups:
-            with open(procs, "w") as f:
-                f.write(str(os.getpid()))
-        os.setsid()
-        start_r, start_w, call_r, call_w, out_w, err_w, ready_w = fds
-        null = os.open("/dev/null", os.O_RDWR)
-        # Out of the way of 0-7 first, then into place.
-        high = [_dup_high(fd) for fd in (null, out_w, err_w, start_r, start_w, call_r, call_w)]
-        ready = ready_high = _dup_high(ready_w)
-        for fd in (*fds, null):
-            os.close(fd)
-        for target, fd in enumerate(high):
-            os.dup2(fd, target)
-        os.dup2(ready_high, 7)
-        ready = 7
-        os.closerange(8, os.sysconf("SC_OPEN_MAX"))
-        os.chdir(request.workdir)
-        channels = ("3", "4", "5", "6")
-        timeout = str(request.start_timeout or "inf")
-        options = ["--ready", "7", "--supervised", "--start-timeout", timeout]
-        if request.confine:
-            options += ["--confine", request.confine]
-        if not request.linger:
-            options.append("--no-linger")
-        if request.mode == "cold":
-            os.execve(request.argv[0], [*request.argv, *channels, *options], request.env)
         from . import _main
 
-        os.environ.clear()
-        os.environ.update(request.env)
-        sys.argv = ["-c", *channels, *options]
-        _main._tie_to_parent(death_signal=False)
-        ready = -1  # the runner's from here: it says ready, or why not, itself
-        status = _main.serve(
-            _main.Arguments(
-                (3, 4),
-                (5, 6),
-                confine=request.confine,
-                ready_fd=7,
-                start_timeout=request.start_timeout or None,
-                supervised=True,
-                linger=request.linger,
-            )
-        )
+        arguments = _become_runner(job)
+        job.ready = -1  # the runner's from here: it says ready, or why not, itself
+        status = _main.serve(arguments)
         _main._flush_stdio()
     except BaseException as exc:
         # The host learns why on the ready pipe (the child's own stderr may not be in place
         # yet; the ready pipe is, from the fork on), and the zygote's stderr says it too.
         why = f"the zygote's child could not start: {type(exc).__name__}: {exc}"
-        if ready >= 0:
+        if job.ready >= 0:
             with contextlib.suppress(BaseException):
-                os.write(ready, b"!" + why.encode("utf-8", "replace"))
+                os.write(job.ready, b"!" + why.encode("utf-8", "replace"))
         with contextlib.suppress(BaseException):
             os.write(2, f"runner: {why}\n".encode())
     os._exit(status)
+
+
+def _become_runner(job: _Job) -> _main.Arguments:
+    """Join the run's cgroups, put its descriptors in place, take its directory and
+    environment; then, ``cold``, execute a fresh runner, or, ``warm``, return what the
+    runner is told. Nothing of the request outlives this call.
+    """
+    request, fds = job.request, job.fds
+    assert request is not None
+    job.request, job.fds = None, []
+    for procs in request.cgroups:
+        with open(procs, "w") as f:
+            f.write(str(os.getpid()))
+    os.setsid()
+    start_r, start_w, call_r, call_w, out_w, err_w, ready_w = fds
+    null = os.open("/dev/null", os.O_RDWR)
+    # Out of the way of 0-7 first, then into place.
+    high = [_dup_high(fd) for fd in (null, out_w, err_w, start_r, start_w, call_r, call_w)]
+    job.ready = ready_high = _dup_high(ready_w)
+    for fd in (*fds, null):
+        os.close(fd)
+    for target, fd in enumerate(high):
+        os.dup2(fd, target)
+    os.dup2(ready_high, 7)
+    job.ready = 7
+    os.closerange(8, os.sysconf("SC_OPEN_MAX"))
+    os.chdir(request.workdir)
+    channels = ("3", "4", "5", "6")
+    timeout = str(request.start_timeout or "inf")
+    options = ["--ready", "7", "--supervised", "--start-timeout", timeout]
+    if request.confine:
+        options += ["--confine", request.confine]
+    if not request.linger:
+        options.append("--no-linger")
+    if request.mode == "cold":
+        os.execve(request.argv[0], [*request.argv, *channels, *options], request.env)
+    from . import _main
+
+    os.environ.clear()
+    os.environ.update(request.env)
+    sys.argv = ["-c", *channels, *options]
+    _main._tie_to_parent(death_signal=False)
+    return _main.Arguments(
+        (3, 4),
+        (5, 6),
+        confine=request.confine,
+        ready_fd=7,
+        start_timeout=request.start_timeout or None,
+        supervised=True,
+        linger=request.linger,
+    )
 
 
 def _dup_high(fd: int) -> int:
@@ -525,8 +588,16 @@ def _prepare() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:
-    """``python -I -S -c '... main()' CONTROL_FD``: be the keeper (see the docstring)."""
-    args = sys.argv[1:] if argv is None else list(argv)
+    """``python -I -S -c '... main()' CONTROL_FD``: be the keeper (see the docstring).
+
+    The keeper and the zygote never return from :func:`_start`; a child the zygote forks
+    does, with nothing but its :class:`_Job`, and becomes a runner from here.
+    """
+    _child(_start(sys.argv[1:] if argv is None else list(argv)))
+
+
+def _start(args: list[str]) -> _Job:
+    """Be the keeper, and the zygote it forks; return only in a forked child."""
     try:
         fd = int(args[0])
         control = socket.socket(fileno=fd)
@@ -539,7 +610,10 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     os.set_inheritable(fd, False)
     try:
         _keeper(control, os.getppid())
+    except _Unwind as unwind:
+        job = unwind.job
     except OSError as exc:
         if exc.errno != errno.EINTR:
             sys.stderr.write(f"runner: the zygote could not start: {exc}\n")
         os._exit(70)
+    return job
