@@ -3,11 +3,13 @@
 The host asks for them with ``--confine JSON``. They go up after the Start has arrived (it
 is only data) and before the program runs, in this order, each a wall of its own:
 
-1. namespaces and the filesystem view (:mod:`runner._namespaces`): user, mount, network,
-   IPC, UTS, PID and cgroup namespaces; a read-only view of the interpreter, the runner's
-   own packages and the system libraries, the run's working directory writable, a private
-   ``/tmp``, a minimal ``/dev``, a ``/proc`` of the run's own processes; every capability
-   dropped, ``no_new_privs`` set. The runner continues as PID 1 of the new PID namespace.
+1. namespaces and the filesystem view (:mod:`runner._namespaces`): mount, network, IPC,
+   UTS, PID and cgroup namespaces (and a user namespace, on an unprivileged host); a
+   read-only view of the interpreter, the runner's own packages and the system libraries;
+   the run's own small file system (not the host's) for its working directory and
+   ``/tmp``; a minimal ``/dev``, a ``/proc`` of the run's own processes; every capability
+   dropped, ``no_new_privs`` set, and, on a root host, the run's own unprivileged host
+   uid and gid. The runner continues as PID 1 of the new PID namespace.
    (Forking after the Start is what puts PID 1 in the cgroups and under the rlimits the
    host set up before sending it.)
 2. Landlock (:mod:`runner._landlock`): the same view again, enforced by the kernel's own
@@ -32,16 +34,25 @@ class ConfineRequest(msgspec.Struct, frozen=True, kw_only=True):
     """What the host asks for (the JSON of ``--confine``).
 
     Attributes:
-        workdir: the run's private working directory, writable inside.
+        workdir: the run's working directory (a directory of the run's own file system,
+            at this path inside).
         import_paths: directories the runner still imports from once confined.
         hostname: the host name inside.
-        tmp_bytes: the size of the private ``/tmp``.
+        host_uid: a root host: the unprivileged host uid the program runs as, the run's
+            own (required; it is 1000 inside). An unprivileged host: none (the program is
+            the host's own uid).
+        host_gid: the same, for the group id.
+        disk_bytes: the size of the run's file system (working directory and ``/tmp``).
+        disk_files: the files and directories it holds (default: from ``disk_bytes``).
     """
 
     workdir: str
     import_paths: tuple[str, ...] = ()
     hostname: str = "sandbox"
-    tmp_bytes: int = _namespaces.DEFAULT_TMP_BYTES
+    host_uid: int | None = None
+    host_gid: int | None = None
+    disk_bytes: int = _namespaces.DEFAULT_DISK_BYTES
+    disk_files: int | None = None
 
 
 def parse(text: str) -> ConfineRequest:
@@ -80,9 +91,12 @@ def confine(request: ConfineRequest, *, detach: bool = False) -> None:
     _namespaces.enter(
         _namespaces.ConfineSpec(
             read_only=read_only,
-            read_write=(request.workdir,),
+            workdir=request.workdir,
             hostname=request.hostname,
-            tmp_bytes=request.tmp_bytes,
+            host_uid=request.host_uid,
+            host_gid=request.host_gid,
+            disk_bytes=request.disk_bytes,
+            disk_files=request.disk_files,
         ),
         detach=detach,
     )

@@ -8,18 +8,21 @@ standard library only (:mod:`ctypes` for the few system calls :mod:`os` lacks), 
 runner starts with the standard library and msgspec alone. In order:
 
 1. **Check, change nothing.** The spec is checked against the host (paths absolute, present,
-   with no symbolic link among their parents), and the process must hold no descriptor of a
-   directory: ``openat(fd, "..")`` from one would walk out of any view. A refusal raises
-   :class:`ValueError` and leaves the process exactly as it was.
-2. **One unshare.** ``unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC |
-   CLONE_NEWUTS | CLONE_NEWPID | CLONE_NEWCGROUP)``: the kernel creates the user namespace
-   first and makes it the owner of the others, so no host privilege is needed: only a
-   single-threaded caller and a host that allows user namespaces (``user.max_user_namespaces``
-   above 0, and no distribution switch against them: Debian's
-   ``kernel.unprivileged_userns_clone``, Ubuntu's AppArmor restriction).
-3. **Identity.** ``/proc/self/setgroups`` gets ``deny`` (required before an unprivileged
-   ``gid_map``), then ``uid_map`` and ``gid_map`` get one line each: the spec's uid/gid inside
-   is the caller's effective uid/gid outside. See *Identity* below.
+   with no symbolic link among their parents; a root caller names its program's host ids),
+   and the process must hold no descriptor of a directory: ``openat(fd, "..")`` from one
+   would walk out of any view. A refusal raises :class:`ValueError` and leaves the process
+   exactly as it was.
+2. **One unshare.** ``unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS |
+   CLONE_NEWPID | CLONE_NEWCGROUP)``, and ``CLONE_NEWUSER`` with them for an unprivileged
+   caller: the kernel creates the user namespace first and makes it the owner of the
+   others, so no host privilege is needed: only a single-threaded caller and a host that
+   allows user namespaces (``user.max_user_namespaces`` above 0, and no distribution switch
+   against them: Debian's ``kernel.unprivileged_userns_clone``, Ubuntu's AppArmor
+   restriction). A root caller makes no user namespace (see *Identity*): its namespaces
+   belong to the initial one, and nothing inside can ever hold a capability over them.
+3. **Identity, unprivileged caller.** ``/proc/self/setgroups`` gets ``deny`` (required
+   before an unprivileged ``gid_map``), then ``uid_map`` and ``gid_map`` get one line each:
+   the spec's uid/gid inside is the caller's effective uid/gid outside.
 4. **UTS and network.** ``sethostname`` to the spec's name; the new network namespace has only
    ``lo``, down, which is brought up (``SIOCSIFFLAGS``), so the program has a loopback of its
    own and nothing else: no route out, and the host's 127.0.0.1 is another interface.
@@ -34,20 +37,27 @@ runner starts with the standard library and msgspec alone. In order:
    the death of PID 1 kills every process of the namespace before the middle can reap it.
 6. **The view**, built by the child: ``/`` made recursively private; a small tmpfs mounted
    over a staging directory (one of :data:`_STAGES` that no path of the spec lives in); in
-   it ``/proc`` (a fresh proc for the new PID namespace, ``subset=pid``), ``/dev`` (bind
-   mounts of ``null``, ``zero``, ``full``, ``random`` and ``urandom``, and the ``fd``,
-   ``stdin``, ``stdout``, ``stderr`` links), ``/tmp`` (a private tmpfs of ``tmp_bytes``),
-   then every ``read_only`` path (bound recursively, then read-only, nosuid, nodev,
-   recursively: ``mount_setattr(AT_RECURSIVE)``) and every ``read_write`` path (nosuid,
-   nodev), at the same path as on the host. The tmpfs root is made read-only, then
-   ``pivot_root(".", ".")`` and a lazy unmount of the old root leave nothing of the host
-   but what was bound. The working directory becomes the first ``read_write`` path (``/``
-   if there is none). Mount points are only ever created on the tmpfs mounts made here,
-   never on a host filesystem: :func:`enter` leaves no trace on the host.
-7. **No privilege left.** Every capability goes: the bounding set, the ambient set and the
-   effective, permitted and inheritable sets; then ``PR_SET_NO_NEW_PRIVS``. Without this
-   step every wall above could be taken down from inside (the creator of a user namespace
-   holds all capabilities in it: it could remount the view read-write or unmount it).
+   it ``/proc`` (a fresh proc for the new PID namespace, ``subset=pid``); ``/dev``, with
+   ``null``, ``zero``, ``full``, ``random`` and ``urandom`` and the ``fd``, ``stdin``,
+   ``stdout``, ``stderr`` links (a root caller makes the devices on a 4 KiB tmpfs of its
+   own, read-only once made; an unprivileged one, which may not make device nodes, binds
+   the host's); the **run's file system**, one tmpfs of ``disk_bytes`` and ``disk_files``
+   mounted nosuid, nodev and noexec, whose ``tmp`` directory (mode 1777) is bound on
+   ``/tmp`` and whose ``work`` directory (the program's, mode 0700) on ``workdir``: all the
+   program can write, none of it on a host file system; then every ``read_only`` path
+   (bound recursively, then read-only, nosuid, nodev, recursively:
+   ``mount_setattr(AT_RECURSIVE)``), at the same path as on the host. The tmpfs root is made
+   read-only, then ``pivot_root(".", ".")`` and a lazy unmount of the old root leave nothing
+   of the host but what was bound. The working directory becomes ``workdir`` (``/`` if there
+   is none). Mount points are only ever created on the tmpfs mounts made here, never on a
+   host filesystem: :func:`enter` leaves no trace on the host.
+7. **No privilege left.** Every capability goes: the bounding set; a root caller's process
+   then becomes the program's host ids (``setgroups([])``, ``setresgid``, ``setresuid``,
+   and dumpable again: see *Identity*); the ambient set and the effective, permitted and
+   inheritable sets; then ``PR_SET_NO_NEW_PRIVS``, and the death signal is armed again (a
+   change of ids clears it). Without this step every wall above could be taken down from
+   inside (the creator of a user namespace holds all capabilities in it, and root holds
+   them everywhere: either could remount the view read-write or unmount it).
 
 :func:`enter` costs about 5 ms (median of 20 runs, measured in the child from before the
 call to its return in PID 1, on a 2-CPU VM with Linux 6.18): the fork about 1.7 ms, the
@@ -55,28 +65,37 @@ view (some twenty mounts and the pivot) 1.6 ms, the unshare 0.7 ms, the rest 1 m
 
 Identity
 --------
-The program runs as ``uid``/``gid`` inside (1000/1000 by default), which is the caller's
-effective uid/gid outside; no other id is mapped (an unprivileged process may map only its
-own). The default is deliberately not root: a program that sees uid 0 behaves as root
-(pip, package managers), and an ``execve`` by uid 0 would regain every capability left in
-the bounding set (which step 7 empties anyway). ``uid=0`` is allowed when a program insists
-on being root; it gains nothing from it. Consequences:
+The program is never host root, and on a root host never a uid that anything else on the
+host has, another run included.
 
-* Files the program creates in its working directory belong, on the host, to the caller.
-  Files of every other host user (root included, unless the caller is root) show up as
-  the overflow id 65534 inside; ``chown`` fails; setuid bits are ignored (nosuid, and
-  ``no_new_privs``).
-* The kernel checks host objects against the **host** ids. A runner started as an ordinary
-  host user is that user, without capabilities: that is the deployment this module is
-  built for. A runner started as **host root** (as on the machine this was written on)
-  runs the program as host uid 0 without capabilities: owner permission checks on
-  root-owned files pass. What then still stands is that every host path in the view is on
-  a read-only mount that cannot be remounted (no capabilities), that ``/proc`` is mounted
-  with ``subset=pid`` (on this kernel a full proc lets host uid 0, even without
-  capabilities, write global sysctls such as ``/proc/sys/vm/swappiness``), and that
-  ``/proc/self/exe`` (the host's interpreter on its writable host mount) cannot be opened
-  for writing while it runs (``ETXTBSY``). The host should start confined runners as a
-  dedicated unprivileged user.
+* **A root caller** (the host runs as root) makes no user namespace. It builds the view as
+  real root (every bind source is within its reach, a Python under ``/root``, mode 0700,
+  included), then becomes ``host_uid``/``host_gid`` for good: an unprivileged host uid and
+  gid that the host leases for this run alone from a range no account has
+  (:mod:`sandbox._uid`). The program sees that uid (there is no ``/etc/passwd`` in the
+  view: ``pwd`` lookups fail). It owns nothing on the host: all it can write is the run's
+  file system, gone with the run. The kernel counts its per-user quotas (inotify instances,
+  queued signals, ``RLIMIT_NPROC``'s processes) against that uid alone, so a run that
+  exhausts them leaves the host's root and every other run theirs. A user namespace would
+  not give that: the kernel charges what a user namespace's members use to the
+  namespace's creator as well, and root would be the creator. Once its ids change, the
+  process is made dumpable again (the kernel made it undumpable, which would give its own
+  ``/proc`` files to root): what it holds is its own to read anyway, and nothing else on
+  the host is its uid.
+* **An unprivileged caller** maps ``uid``/``gid`` (1000/1000 by default) to its own
+  effective uid/gid, in a user namespace; no other id can be mapped (an unprivileged process
+  may map only its own). The default is not root: a program that sees uid 0 behaves as root
+  (pip, package managers); ``uid=0`` is allowed and gains nothing. Its programs are the
+  caller's uid on the host, and share its per-user quotas with it and with each other.
+
+Either way: files of other host users show as they are (root's as 0, or 65534 in a user
+namespace that does not map them) and are checked against the program's host ids, so a
+root-only file in the view cannot be read; ``chown`` fails; a set-user-id bit has no
+effect (every mount is nosuid, and ``no_new_privs``), and nothing the program writes can
+be reached by another host user at all: the run's file system is in the run's mount
+namespace only, and reaching it from outside (``/proc/<pid>/root``) takes the right to
+trace the run's processes. ``/proc`` is mounted with ``subset=pid``: a full proc would show
+global sysctls, some of which host uid 0 may write even without capabilities.
 
 The minimum view for a Python runner (:func:`python_read_only`)
 ---------------------------------------------------------------
@@ -124,7 +143,7 @@ import socket
 import stat
 import struct
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final, NoReturn
 
@@ -174,6 +193,7 @@ _ST_KEPT: Final = _MS_RDONLY | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC | _MS_NOATIME
 _ST_RELATIME: Final = 0x1000
 # <linux/prctl.h>, <linux/capability.h>
 _PR_SET_PDEATHSIG: Final = 1
+_PR_SET_DUMPABLE: Final = 4
 _PR_CAPBSET_DROP: Final = 24
 _PR_SET_NO_NEW_PRIVS: Final = 38
 _PR_CAP_AMBIENT: Final = 47
@@ -194,8 +214,11 @@ _SYS_MOUNT_SETATTR: Final = 442
 _STAGES: Final = ("/mnt", "/srv", "/media", "/opt", "/var", "/run", "/home", "/boot", "/tmp")
 #: The new root only holds mount points, empty files and links; it is read-only once built.
 _ROOT_TMPFS: Final = "mode=0755,size=1m,nr_inodes=4096"
-#: Device nodes bound into /dev from the host: what programs open without asking.
+#: The devices of /dev: what programs open without asking. A root caller makes them on a
+#: small tmpfs of the view's own; an unprivileged one (which may not make device nodes)
+#: binds the host's.
 _DEVICES: Final = ("null", "zero", "full", "random", "urandom")
+_DEV_TMPFS: Final = "mode=0755,size=4k,nr_inodes=16"
 _DEV_LINKS: Final = (
     ("fd", "/proc/self/fd"),
     ("stdin", "/proc/self/fd/0"),
@@ -219,11 +242,23 @@ _FORWARDED: Final = frozenset(
 _EXIT_MIDDLE_FAILED: Final = 70
 #: The middle's exit status when it leaves PID 1 to its supervisor (``enter(detach=True)``).
 EXIT_DETACHED: Final = 81
-#: Default size of the private /tmp: enough for scratch files, small next to a memory
-#: budget (tmpfs pages are charged to the memory cgroup of the process that writes them).
-DEFAULT_TMP_BYTES: Final = 64 << 20
+#: Default size of the run's file system (its working directory and /tmp together): room
+#: for scratch files and a small data set, small next to a memory budget (tmpfs pages are
+#: charged to the memory cgroup of the process that writes them).
+DEFAULT_DISK_BYTES: Final = 64 << 20
+#: Bytes of the run's file system per file (or directory) it may hold, when the number of
+#: files is not given: 4096 files in the default 64 MiB.
+DISK_BYTES_PER_FILE: Final = 16 << 10
+#: The fewest files a run's file system holds whatever its size: its own directories and
+#: a few files.
+_MIN_DISK_FILES: Final = 64
 #: Paths that cannot be bound: the view's own /proc, /dev and /tmp, and the whole host.
 _REFUSED: Final = ("/", "/dev", "/tmp")
+
+
+def default_disk_files(disk_bytes: int) -> int:
+    """The files (and directories) a run's file system of ``disk_bytes`` holds by default."""
+    return max(_MIN_DISK_FILES, disk_bytes // DISK_BYTES_PER_FILE)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -236,43 +271,60 @@ class ConfineSpec:
         read_only: host paths visible read-only inside, at the same path. A path that is a
             symbolic link is recreated as the same link (its target must be in the view
             too); a path with a symbolic link among its parents is refused.
-        read_write: host paths visible writable (nosuid, nodev) inside, at the same path; the
-            first is the working directory.
+        workdir: where the run's working directory is, inside (the host path of the same
+            name is neither used nor needed): a directory of the run's own file system,
+            owned by the program, mode 0700; the working directory once inside. ``None``:
+            no working directory, ``/`` once inside.
         hostname: the UTS namespace's host name.
-        uid: the user id inside, mapped to the caller's effective uid.
-        gid: the group id inside, mapped to the caller's effective gid.
-        tmp_bytes: the size of the private tmpfs on ``/tmp``.
+        uid: an unprivileged caller: the program's uid inside the user namespace, mapped
+            to the caller's effective uid (a root caller makes no user namespace: see
+            ``host_uid``).
+        gid: the same, for the group id.
+        host_uid: a root caller (required): the unprivileged host uid the program runs as,
+            inside as on the host, one that is the run's alone (see *Identity*). An
+            unprivileged caller cannot give one: its program is its own uid on the host.
+        host_gid: the same, for the group id.
+        disk_bytes: the size of the run's file system: the working directory and ``/tmp``
+            together, a tmpfs of the run's own (nosuid, nodev, noexec).
+        disk_files: how many files and directories that file system holds (default:
+            :func:`default_disk_files` of ``disk_bytes``).
     """
 
     read_only: tuple[str, ...]
-    read_write: tuple[str, ...] = ()
+    workdir: str | None = None
     hostname: str = "sandbox"
     uid: int = 1000
     gid: int = 1000
-    tmp_bytes: int = DEFAULT_TMP_BYTES
+    host_uid: int | None = None
+    host_gid: int | None = None
+    disk_bytes: int = DEFAULT_DISK_BYTES
+    disk_files: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class _Mount:
-    """One path of the view, checked against the host."""
+    """One read-only path of the view, checked against the host."""
 
     path: str
-    writable: bool
     is_dir: bool
     link: str | None  # the link's text, when the path is a symbolic link
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class _Plan:
-    """A checked spec: the mounts, parents first; where to stage the root; the cwd."""
+    """A checked spec: the mounts, parents first; where to stage the root; the cwd; who."""
 
     mounts: tuple[_Mount, ...]
     stage: str
-    workdir: str
+    workdir: str | None
     hostname: str
-    uid: int
+    privileged: bool  # the caller is root: no user namespace, the program's own host ids
+    uid: int  # the program's ids as it sees them
     gid: int
-    tmp_bytes: int
+    host_uid: int  # and on the host (the caller's own, when not privileged)
+    host_gid: int
+    disk_bytes: int
+    disk_files: int
 
 
 # --- system calls ---------------------------------------------------------------------
@@ -395,6 +447,47 @@ def _check_path(path: object, field: str) -> str:
     return normal
 
 
+def _ids(spec: ConfineSpec, *, privileged: bool) -> tuple[int, int, int, int]:
+    """The program's uid and gid as it sees them, and on the host (see *Identity*).
+
+    Raises:
+        ValueError: an id that is not one; a root caller that names no unprivileged host
+            id, or an unprivileged caller that names one.
+    """
+    for name in ("uid", "gid", "host_uid", "host_gid"):
+        value = getattr(spec, name)
+        if value is None and name.startswith("host_"):
+            continue
+        if type(value) is not int or not 0 <= value < 2**32 - 1:
+            raise ValueError(f"{name}: {value!r} is not an id")
+    if not privileged:
+        if spec.host_uid is not None or spec.host_gid is not None:
+            raise ValueError(
+                "host_uid, host_gid: only a root caller can run the program as another host id"
+            )
+        return spec.uid, spec.gid, os.geteuid(), os.getegid()
+    if spec.host_uid is None or spec.host_gid is None:
+        raise ValueError(
+            "host_uid, host_gid: a root caller must name the unprivileged host ids the "
+            "program runs as (it would be host root otherwise)"
+        )
+    if spec.host_uid == 0 or spec.host_gid == 0:
+        raise ValueError("host_uid, host_gid: a root caller's program cannot be host root")
+    return spec.host_uid, spec.host_gid, spec.host_uid, spec.host_gid
+
+
+def _check_workdir(workdir: object, mounts: dict[str, _Mount]) -> str:
+    if not isinstance(workdir, str) or not workdir.startswith("/"):
+        raise ValueError(f"workdir: {workdir!r} is not an absolute path")
+    normal = "/" + os.path.normpath(workdir).lstrip("/")
+    if normal in _REFUSED or any(_is_within(normal, top) for top in ("/proc", "/dev")):
+        raise ValueError(f"workdir: {normal!r} cannot be the working directory")
+    for path in mounts:
+        if _is_within(normal, path) or _is_within(path, normal):
+            raise ValueError(f"workdir: {normal!r} overlaps the read-only path {path!r}")
+    return normal
+
+
 def _plan(spec: ConfineSpec) -> _Plan:
     """Check ``spec`` against the host; nothing is changed.
 
@@ -405,36 +498,28 @@ def _plan(spec: ConfineSpec) -> _Plan:
         raise ValueError(f"hostname: {spec.hostname!r} is not 1 to 64 bytes")
     if "\0" in spec.hostname:
         raise ValueError("hostname: contains a NUL")
-    for name, value in (("uid", spec.uid), ("gid", spec.gid)):
-        if type(value) is not int or not 0 <= value < 2**32 - 1:
-            raise ValueError(f"{name}: {value!r} is not an id")
-    if type(spec.tmp_bytes) is not int or spec.tmp_bytes < 1:
-        raise ValueError(f"tmp_bytes: {spec.tmp_bytes!r} is not a positive size")
+    privileged = os.geteuid() == 0
+    uid, gid, host_uid, host_gid = _ids(spec, privileged=privileged)
+    if type(spec.disk_bytes) is not int or spec.disk_bytes < 1:
+        raise ValueError(f"disk_bytes: {spec.disk_bytes!r} is not a positive size")
+    disk_files = spec.disk_files
+    if disk_files is None:
+        disk_files = default_disk_files(spec.disk_bytes)
+    if type(disk_files) is not int or disk_files < 1:
+        raise ValueError(f"disk_files: {disk_files!r} is not a positive count")
     mounts: dict[str, _Mount] = {}
-    for field, paths, writable in (
-        ("read_only", spec.read_only, False),
-        ("read_write", spec.read_write, True),
-    ):
-        for raw in paths:
-            path = _check_path(raw, field)
-            try:
-                info = os.lstat(path)
-            except OSError as exc:
-                raise ValueError(f"{field}: {path!r}: {exc.strerror}") from None
-            if path in mounts:
-                if mounts[path].writable != writable:
-                    raise ValueError(f"{path!r} is both read-only and read-write")
-                continue
+    for raw in spec.read_only:
+        path = _check_path(raw, "read_only")
+        try:
+            info = os.lstat(path)
+        except OSError as exc:
+            raise ValueError(f"read_only: {path!r}: {exc.strerror}") from None
+        if path not in mounts:
             is_link = stat.S_ISLNK(info.st_mode)
-            mounts[path] = _Mount(
-                path, writable, stat.S_ISDIR(info.st_mode), os.readlink(path) if is_link else None
-            )
-    workdir = "/"
-    if spec.read_write:
-        first = mounts[_check_path(spec.read_write[0], "read_write")]
-        if not first.is_dir or first.link is not None:
-            raise ValueError(f"read_write: the working directory {first.path!r} is not one")
-        workdir = first.path
+            link = os.readlink(path) if is_link else None
+            mounts[path] = _Mount(path, stat.S_ISDIR(info.st_mode), link)
+    workdir = None if spec.workdir is None else _check_workdir(spec.workdir, mounts)
+    taken = [*mounts, *([] if workdir is None else [workdir])]
     stage = next(
         (
             candidate
@@ -442,7 +527,7 @@ def _plan(spec: ConfineSpec) -> _Plan:
             if os.path.isdir(candidate)
             and not os.path.islink(candidate)
             and not any(
-                _is_within(path, candidate) or _is_within(candidate, path) for path in mounts
+                _is_within(path, candidate) or _is_within(candidate, path) for path in taken
             )
         ),
         None,
@@ -450,7 +535,19 @@ def _plan(spec: ConfineSpec) -> _Plan:
     if stage is None:
         raise ValueError(f"no directory to build the view on: every one of {_STAGES} is in use")
     ordered = sorted(mounts.values(), key=lambda mount: mount.path.split("/"))
-    return _Plan(tuple(ordered), stage, workdir, spec.hostname, spec.uid, spec.gid, spec.tmp_bytes)
+    return _Plan(
+        mounts=tuple(ordered),
+        stage=stage,
+        workdir=workdir,
+        hostname=spec.hostname,
+        privileged=privileged,
+        uid=uid,
+        gid=gid,
+        host_uid=host_uid,
+        host_gid=host_gid,
+        disk_bytes=spec.disk_bytes,
+        disk_files=disk_files,
+    )
 
 
 def _refuse_directory_descriptors() -> None:
@@ -562,12 +659,16 @@ def _middle(child: int, proc_fd: int, mask: Iterable[int]) -> NoReturn:
         os._exit(_EXIT_MIDDLE_FAILED)
 
 
-def _become_pid_one(*, detach: bool = False) -> None:
+def _become_pid_one(*, detach: bool = False) -> int | None:
     """Fork; return in the child (PID 1 of the new PID namespace); the parent never returns.
 
     With ``detach``, the parent exits at once with :data:`EXIT_DETACHED` instead of staying
     as the middle: PID 1 is re-parented to the nearest subreaper, which must be a
     supervisor that expects it (the zygote).
+
+    Returns:
+        A pidfd of the middle, for :func:`_tie_to_middle` (the caller closes it), or None
+        with ``detach``.
 
     Raises:
         OSError: the fork failed, or the middle was gone before the death signal was armed.
@@ -576,7 +677,7 @@ def _become_pid_one(*, detach: bool = False) -> None:
         pid = os.fork()
         if pid:
             os._exit(EXIT_DETACHED)
-        return
+        return None
     self_fd = os.pidfd_open(os.getpid())
     proc_fd = os.open("/proc", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, _FORWARDED)
@@ -592,12 +693,26 @@ def _become_pid_one(*, detach: bool = False) -> None:
     os.close(proc_fd)
     signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     try:
-        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-        # getppid() is 0 here, so the pidfd says whether the middle died before the arming.
-        if select.select([self_fd], [], [], 0)[0]:
-            raise OSError(errno.ESRCH, "the process outside the namespace died during enter()")
-    finally:
+        _tie_to_middle(self_fd)
+    except BaseException:
         os.close(self_fd)
+        raise
+    return self_fd
+
+
+def _tie_to_middle(middle_fd: int) -> None:
+    """Arm ``PR_SET_PDEATHSIG`` against the middle, then check it is still alive.
+
+    Done after the fork (a fork clears the death signal) and again after the switch to the
+    program's ids (so does any change of the effective ids).
+
+    Raises:
+        OSError: the middle died before the death signal was armed.
+    """
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    # getppid() is 0 here, so the pidfd says whether the middle died before the arming.
+    if select.select([middle_fd], [], [], 0)[0]:
+        raise OSError(errno.ESRCH, "the process outside the namespace died during enter()")
 
 
 def _mount_point(root_fd: int, own: set[int], path: str, *, is_dir: bool) -> str:
@@ -655,6 +770,55 @@ def _link(root_fd: int, own: set[int], path: str, target: str) -> None:
             os.close(parent_fd)
 
 
+def _make_devices(dev: str, own: set[int]) -> None:
+    """/dev as a small tmpfs of the view's own, with the devices made in it (root only).
+
+    Binding the host's nodes instead would put the host's devtmpfs (its size, about the
+    host's memory) in the view's mount table.
+    """
+    _mount("tmpfs", dev, "tmpfs", _MS_NOSUID | _MS_NOEXEC, _DEV_TMPFS)
+    own.add(os.stat(dev).st_dev)
+    for name in _DEVICES:
+        node = f"{dev}/{name}"
+        os.mknod(node, stat.S_IFCHR | 0o666, os.stat(f"/dev/{name}").st_rdev)
+        os.chmod(node, 0o666)  # not the umask's
+
+
+def _bind_devices(point: Callable[..., str]) -> None:
+    """/dev's devices bound from the host's (an unprivileged caller may not make them)."""
+    for name in _DEVICES:
+        device = point(f"/dev/{name}", is_dir=False)
+        _mount(f"/dev/{name}", device, None, _MS_BIND)
+        _set_attrs(device, _MOUNT_ATTR_NOSUID | _MOUNT_ATTR_NOEXEC, recursive=False)
+
+
+def _run_file_system(plan: _Plan, point: Callable[..., str], own: set[int]) -> None:
+    """The run's file system: one tmpfs, nosuid, nodev and noexec, of ``disk_bytes`` and
+    ``disk_files``; its ``tmp`` directory (mode 1777) on /tmp, its ``work`` directory (the
+    program's, mode 0700) on the working directory.
+
+    It is mounted on a scratch directory of the new root first, which is removed once
+    both are bound: its own root is nowhere in the view. Nothing of it is on the host.
+    """
+    scratch = point("/.run")
+    flags = _MS_NOSUID | _MS_NODEV | _MS_NOEXEC
+    size = f"mode=0755,size={plan.disk_bytes},nr_inodes={plan.disk_files}"
+    _mount("tmpfs", scratch, "tmpfs", flags, size)
+    os.mkdir(f"{scratch}/tmp")
+    os.chmod(f"{scratch}/tmp", 0o1777)
+    tmp = point("/tmp")
+    _mount(f"{scratch}/tmp", tmp, None, _MS_BIND)
+    own.add(os.stat(tmp).st_dev)
+    if plan.workdir is not None:
+        work = f"{scratch}/work"
+        os.mkdir(work, 0o700)
+        if plan.privileged:  # else the process is already the program's uid (and gid)
+            os.chown(work, plan.host_uid, plan.host_gid)
+        _mount(work, point(plan.workdir), None, _MS_BIND)
+    _umount(scratch, _MNT_DETACH)
+    os.rmdir(scratch)
+
+
 def _build_view(plan: _Plan) -> None:
     """Step 6: the new root, its mounts, pivot_root. See the module docstring."""
     _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
@@ -680,25 +844,23 @@ def _build_view(plan: _Plan) -> None:
                 if os.path.lexists(f"{proc}/{name}"):
                     _mount(f"{proc}/{name}", f"{proc}/{name}", None, _MS_BIND | _MS_REC)
                     _set_attrs(f"{proc}/{name}", _MOUNT_ATTR_RDONLY, recursive=True)
-        for name in _DEVICES:
-            device = point(f"/dev/{name}", is_dir=False)
-            _mount(f"/dev/{name}", device, None, _MS_BIND)
-            _set_attrs(device, _MOUNT_ATTR_NOSUID | _MOUNT_ATTR_NOEXEC, recursive=False)
+        if plan.privileged:
+            _make_devices(point("/dev"), own)
+        else:
+            _bind_devices(point)
         for name, target in _DEV_LINKS:
             _link(root_fd, own, f"/dev/{name}", target)
-        tmp = point("/tmp")
-        size = f"mode=1777,size={plan.tmp_bytes},nr_inodes={max(1024, plan.tmp_bytes >> 12)}"
-        _mount("tmpfs", tmp, "tmpfs", _MS_NOSUID | _MS_NODEV, size)
-        own.add(os.stat(tmp).st_dev)
+        if plan.privileged:
+            dev = f"{stage}/dev"
+            _mount(None, dev, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NOEXEC)
+        _run_file_system(plan, point, own)
         for mount in plan.mounts:
             if mount.link is not None:
                 _link(root_fd, own, mount.path, mount.link)
                 continue
             target = point(mount.path, is_dir=mount.is_dir)
             _mount(mount.path, target, None, _MS_BIND | _MS_REC)
-            attrs = _MOUNT_ATTR_NOSUID | _MOUNT_ATTR_NODEV
-            if not mount.writable:
-                attrs |= _MOUNT_ATTR_RDONLY
+            attrs = _MOUNT_ATTR_RDONLY | _MOUNT_ATTR_NOSUID | _MOUNT_ATTR_NODEV
             _set_attrs(target, attrs, recursive=True)
     finally:
         os.close(root_fd)
@@ -707,17 +869,29 @@ def _build_view(plan: _Plan) -> None:
     _pivot_root(".", ".")  # the old root ends up stacked on the new one, at "/"
     _umount(".", _MNT_DETACH)
     os.chdir("/")
-    os.chdir(plan.workdir)
+    os.chdir(plan.workdir or "/")
 
 
-def _drop_privileges() -> None:
-    """Step 7: no capability in any set, and none to be gained by execve."""
+def _drop_privileges(plan: _Plan) -> None:
+    """Step 7: no capability in any set, and none to be gained by execve; a root caller
+    becomes the program's unprivileged host ids (see *Identity*)."""
     libc = _libc()
     cap = 0
     while libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) == 0:
         cap += 1
     if ctypes.get_errno() != errno.EINVAL or cap == 0:  # EINVAL: past the last capability
         raise _error(f"prctl(PR_CAPBSET_DROP, {cap})")
+    if plan.privileged:
+        # The program's own host ids. No supplementary group (root's would follow the
+        # program); groups first, as setresuid takes CAP_SETGID away with the rest of the
+        # permitted and effective sets.
+        os.setgroups([])
+        os.setresgid(plan.host_gid, plan.host_gid, plan.host_gid)
+        os.setresuid(plan.host_uid, plan.host_uid, plan.host_uid)
+        # The kernel made the process undumpable when its ids changed (it may hold what
+        # root could read): its /proc files went to root, out of its own reach. What it
+        # holds is its own to read anyway, and no one else is its uid.
+        _prctl(_PR_SET_DUMPABLE, 1)
     cleared = libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) == 0
     if not cleared and ctypes.get_errno() != errno.EINVAL:  # EINVAL: none to clear (< 4.3)
         raise _error("prctl(PR_CAP_AMBIENT_CLEAR_ALL)")
@@ -733,11 +907,12 @@ def enter(spec: ConfineSpec, *, detach: bool = False) -> None:
 
     The process that calls this stays outside as the middle (see the module docstring) and
     never returns from it; the call returns in its only child, PID 1 of the new PID
-    namespace, inside the view, without capabilities. With ``detach``, there is no middle:
-    the calling process exits with :data:`EXIT_DETACHED` right after the fork, and PID 1
-    goes to the caller's parent, which must be a subreaper that knows what to do with it
-    (the zygote reports PID 1 to the host as the run's runner). Call it once, from the
-    main thread of a single-threaded process, before any untrusted code runs.
+    namespace, inside the view, without capabilities, as the program's ids. With
+    ``detach``, there is no middle: the calling process exits with :data:`EXIT_DETACHED`
+    right after the fork, and PID 1 goes to the caller's parent, which must be a subreaper
+    that knows what to do with it (the zygote reports PID 1 to the host as the run's
+    runner). Call it once, from the main thread of a single-threaded process, before any
+    untrusted code runs.
 
     Raises:
         ValueError: the spec cannot be built here, or the process holds a directory
@@ -750,31 +925,55 @@ def enter(spec: ConfineSpec, *, detach: bool = False) -> None:
     plan = _plan(spec)
     _refuse_directory_descriptors()
     _libc()  # load it while the host's libraries are still there
-    outer_uid, outer_gid = os.geteuid(), os.getegid()
+    # A root caller needs no user namespace: it holds every capability already, and its
+    # program becomes an unprivileged host uid of its own (see *Identity*).
+    namespaces = _NAMESPACES[1:] if plan.privileged else _NAMESPACES
     flags = 0
-    for _, flag in _NAMESPACES:
+    for _, flag in namespaces:
         flags |= flag
     try:
-        _unshare(flags, "user, mount, net, ipc, uts, pid, cgroup")
+        _unshare(flags, ", ".join(name for name, _ in namespaces))
     except OSError as exc:
         if exc.errno == errno.EINVAL:
             raise OSError(exc.errno, f"{exc.strerror} (is the process multithreaded?)") from None
         raise
-    _map_ids(plan.uid, plan.gid, outer_uid, outer_gid)
+    if not plan.privileged:
+        _map_ids(plan.uid, plan.gid, plan.host_uid, plan.host_gid)
     socket.sethostname(plan.hostname)
     _loopback_up()
-    _become_pid_one(detach=detach)
-    _build_view(plan)
-    _drop_privileges()
+    middle = _become_pid_one(detach=detach)
+    try:
+        _build_view(plan)
+        _drop_privileges(plan)
+        if middle is not None:
+            _tie_to_middle(middle)  # a switch of ids clears the death signal
+    finally:
+        if middle is not None:
+            os.close(middle)
 
 
 # --- probing ----------------------------------------------------------------------------
 
 
 def _probe_here() -> dict[str, str | None]:
-    """Try every namespace in this (forked, disposable) process."""
+    """Try every namespace in this (forked, disposable) process, as :func:`enter` would."""
     results: dict[str, str | None] = {}
     outer_uid, outer_gid = os.geteuid(), os.getegid()  # 65534 once unshared and unmapped
+    if outer_uid == 0:
+        # Root makes every other namespace without a user namespace; the user namespace
+        # is tried last, as it would take the initial namespace's capabilities away.
+        for name, flag in _NAMESPACES[1:]:
+            try:
+                _unshare(flag, f"CLONE_NEW{name.upper()}")
+                results[name] = None
+            except OSError as exc:
+                results[name] = str(exc)
+        try:
+            _unshare(_CLONE_NEWUSER, "CLONE_NEWUSER")
+            results["user"] = None
+        except OSError as exc:
+            results["user"] = str(exc)
+        return {name: results[name] for name, _ in _NAMESPACES}
     try:
         _unshare(_CLONE_NEWUSER, "CLONE_NEWUSER")
         _map_ids(0, 0, outer_uid, outer_gid)

@@ -111,12 +111,16 @@ def _parser() -> argparse.ArgumentParser:
 def _doctor(as_json: bool) -> int:
     from runner import _landlock, _namespaces, _seccomp
 
+    from . import _uid
     from ._levels import confinement_gaps, unenforceable
     from ._reaper import cgroup_support
 
     namespaces = _namespaces.probe()
+    # Who a confined program is on the host: a uid of its own (None), or why not.
+    own_uid = _uid.usable()
     report = {
         "namespaces": namespaces,
+        "own_uid_per_run": own_uid,
         "landlock_abi": _landlock.abi_version(),
         "seccomp": _seccomp.supported(),
         "cgroups": cgroup_support(),
@@ -150,6 +154,7 @@ def _doctor(as_json: bool) -> int:
         if level is Level.CONFINED:
             walls = confinement_gaps()
             print(f"  available: {yes('; '.join(f'{k}: {v}' for k, v in walls.items()) or None)}")
+            print(f"  a host uid of its own per run: {yes(own_uid)}")
         if gaps:
             for item, reason in gaps.items():
                 print(f"  refuses {item}: {reason}")

@@ -144,7 +144,8 @@ async def run_process(
         if not_ready is not None:
             return await run.refused(not_ready, out_ch, err_ch)
         try:
-            run.apply_limits()
+            with child.limits_access():  # the run's own uid, on a root host
+                run.apply_limits()
         except OSError as exc:
             raise SpawnFailed(f"cannot set the run's limits: {exc}") from exc
         return await run.drive(program, toolset, start_ch, call_ch, out_ch, err_ch)

@@ -71,6 +71,7 @@ from runner._zygote import (
     report_decoder,
 )
 
+from . import _uid
 from ._errors import SpawnFailed
 from ._reaper import CgroupSet
 
@@ -132,13 +133,14 @@ def _interpreter_files() -> tuple[str, ...]:
     return tuple(found)
 
 
-def _confine_request(workdir: str) -> str:
-    """The confined level's request: what its view must hold.
+def _confine_request(workdir: str, uid: int | None) -> str:
+    """The confined level's request: what its view must hold, who the program is.
 
     Beside what the runner imports, the interpreter's own files (read-only, see
-    :func:`_interpreter_files`).
+    :func:`_interpreter_files`). ``uid``: the run's leased host id (uid and gid), on a
+    root host.
     """
-    request = {
+    request: dict[str, object] = {
         "workdir": workdir,
         "import_paths": [
             str(_ROOT / "protocol"),
@@ -147,6 +149,8 @@ def _confine_request(workdir: str) -> str:
             *_interpreter_files(),
         ],
     }
+    if uid is not None:
+        request.update(host_uid=uid, host_gid=uid)
     return msgspec.json.encode(request).decode()
 
 
@@ -294,7 +298,8 @@ class Child:
     """One run's child: what the host holds of it, from the request to its reaping."""
 
     def __init__(self, *, confined: bool, use_cgroups: bool) -> None:
-        """Make the run's working directory, cgroups (no limits yet) and pipes.
+        """Make the run's working directory, cgroups (no limits yet) and pipes; for a
+        confined run on a root host, lease its uid (:mod:`sandbox._uid`).
 
         Raises:
             SpawnFailed: they could not be made (nothing is left behind).
@@ -302,6 +307,7 @@ class Child:
         self.confined = confined
         self.run_id = uuid.uuid4().hex[:16]
         self.workdir = tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-")
+        self.lease: _uid.Lease | None = None
         self.cgroups: CgroupSet | None = None
         self.pid: int | None = None
         self.pidfd: int | None = None
@@ -318,6 +324,8 @@ class Child:
         reads: list[int] = []  # the read ends of the run's seven pipes
         writes: list[int] = []  # and their write ends, in the same order
         try:
+            if confined:
+                self.lease = _uid.lease()
             if use_cgroups:
                 self.cgroups = CgroupSet.create(
                     f"{CGROUP_PREFIX}{os.getpid()}-{self.run_id}", memory=None, pids=None
@@ -372,7 +380,7 @@ class Child:
             workdir=self.workdir,
             env=scrubbed_env(self.workdir),
             cgroups=() if self.cgroups is None else self.cgroups.procs_files(),
-            confine=_confine_request(self.workdir) if self.confined else "",
+            confine=self._confine_request() if self.confined else "",
             start_timeout=start_timeout,
             # With cgroups, every process of the run is found there: the runner need not
             # hold them in its tree after its Result, and exits while the host reads it.
@@ -393,6 +401,9 @@ class Child:
         for fd in self._theirs:
             os.close(fd)
         self._theirs = []
+
+    def _confine_request(self) -> str:
+        return _confine_request(self.workdir, None if self.lease is None else self.lease.id)
 
     def poll_report(self) -> None:
         """Read what the zygote has reported, without waiting."""
@@ -475,6 +486,11 @@ class Child:
             if self._ready == b""
             else "the child was not ready in time"
         )
+
+    def limits_access(self) -> contextlib.AbstractContextManager[None]:
+        """Within: this thread may set the limits of the run's processes (a leased uid's:
+        see :meth:`sandbox._uid.Lease.real_ids`)."""
+        return contextlib.nullcontext() if self.lease is None else self.lease.real_ids()
 
     async def _reported(self, done: Callable[[], bool], seconds: float) -> None:
         """Read the zygote's reports until ``done()``, the zygote is lost, or ``seconds``."""
@@ -573,6 +589,8 @@ class Child:
 
     def release(self) -> None:
         """Remove what the run made, once its processes are gone (idempotent)."""
+        # Read before the report socket and the pidfd are closed: whether the runner is gone.
+        runner_gone = self.pid is None or self.exit_seen()
         if hasattr(self, "report"):
             self.report.close()
             if self.ready_fd >= 0:
@@ -587,6 +605,12 @@ class Child:
             self.cgroups.remove()
             self.cgroups = None
         shutil.rmtree(self.workdir, ignore_errors=True)
+        if self.lease is not None and runner_gone:
+            # No process runs as the id any more (the runner, and everything in the
+            # cgroups, killed just now): another run may have it. (A runner that would
+            # not die keeps its id held until this host exits.)
+            self.lease.release()
+            self.lease = None
         if self.zygote_lost and _retired:
             with _lock:
                 _reap_retired()
@@ -602,7 +626,8 @@ class Pool:
     working directories and cgroups; every pool still open is closed at exit.
 
     Idle children hold memory (:mod:`benchmarks` measures it) and, with cgroups, a set of
-    empty cgroups each; they run nothing until a Start arrives.
+    empty cgroups each; an idle confined child on a root host holds its uid. They run
+    nothing until a Start arrives.
     """
 
     def __init__(self, size: int = 2) -> None:

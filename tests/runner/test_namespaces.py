@@ -38,6 +38,7 @@ import psutil
 import pytest
 
 from runner._namespaces import ConfineSpec, _plan, probe, python_read_only
+from sandbox import _uid
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="namespaces are Linux's"
@@ -65,11 +66,14 @@ def report(**values):
 {before}
 spec = ConfineSpec(
     read_only=python_read_only({imports!r}),
-    read_write={read_write!r},
+    workdir={workdir!r},
     hostname={hostname!r},
     uid={uid!r},
     gid={gid!r},
-    tmp_bytes={tmp_bytes!r},
+    host_uid={host_id!r},
+    host_gid={host_id!r},
+    disk_bytes={disk_bytes!r},
+    disk_files={disk_files!r},
 )
 try:
     enter(spec)
@@ -91,10 +95,15 @@ def namespaces() -> None:
 
 @dataclass
 class Box:
-    """Runs attack code in a confined child; the view's working directory is ``work``."""
+    """Runs attack code in a confined child; the view's working directory is ``work``.
+
+    On a root host the program runs as ``host_id`` (uid and gid), leased as the host
+    leases a run's (:mod:`sandbox._uid`); an unprivileged host's is its own.
+    """
 
     tmp_path: Path
     work: Path
+    host_id: int | None = None
     started: list[subprocess.Popen[bytes]] = field(default_factory=list)
     host_pids: list[int] = field(default_factory=list)
 
@@ -107,17 +116,20 @@ class Box:
         hostname: str = "confined-test",
         uid: int = 1000,
         gid: int = 1000,
-        tmp_bytes: int = 1 << 20,
+        disk_bytes: int = 1 << 20,
+        disk_files: int | None = None,
     ) -> list[str]:
         code = _PRELUDE.format(
             sys_path=SYS_PATH,
             imports=IMPORTS,
             before=textwrap.dedent(before),
-            read_write=(str(self.work),),
+            workdir=str(self.work),
             hostname=hostname,
             uid=uid,
             gid=gid,
-            tmp_bytes=tmp_bytes,
+            host_id=self.host_id,
+            disk_bytes=disk_bytes,
+            disk_files=disk_files,
             catch=catch,
         )
         return [sys.executable, "-I", "-S", "-c", code + textwrap.dedent(body)]
@@ -171,10 +183,21 @@ class Box:
 
 
 @pytest.fixture
-def box(namespaces: None, tmp_path: Path) -> Iterator[Box]:
+def host_id() -> Iterator[int | None]:
+    """A host uid (and gid) of the sandbox's range, leased for the test; None unless root."""
+    lease = _uid.lease()
+    try:
+        yield None if lease is None else lease.id
+    finally:
+        if lease is not None:
+            lease.release()
+
+
+@pytest.fixture
+def box(namespaces: None, tmp_path: Path, host_id: int | None) -> Iterator[Box]:
     work = tmp_path / "work"
     work.mkdir()
-    helper = Box(tmp_path, work)
+    helper = Box(tmp_path, work, host_id)
     try:
         yield helper
     finally:
@@ -291,6 +314,7 @@ def test_nothing_outside_the_working_directory_reaches_the_host(box: Box) -> Non
         "/dev/evil",
         "/proc/evil",
     ]
+    beside = f"/tmp/beside-{os.getpid()}-{box.tmp_path.name}.txt"
     report = box.run(
         f"""
         outcome = {{}}
@@ -306,8 +330,8 @@ def test_nothing_outside_the_working_directory_reaches_the_host(box: Box) -> Non
             outcome["mkdir"] = "made"
         except OSError as exc:
             outcome["mkdir"] = exc.errno
-        # The parents of the working directory are on the private /tmp: writable, not host.
-        with open({str(box.tmp_path / "beside.txt")!r}, "w") as f:
+        # /tmp (and the parents of the working directory in it) is the run's: not the host's.
+        with open({beside!r}, "w") as f:
             f.write("private")
         report(outcome=outcome)
         """
@@ -316,28 +340,61 @@ def test_nothing_outside_the_working_directory_reaches_the_host(box: Box) -> Non
     assert outcome.pop("/proc/evil") in (errno.EROFS, errno.EACCES, errno.ENOENT)
     assert outcome == dict.fromkeys([*targets[:-1], "mkdir"], errno.EROFS)
     assert not any(os.path.lexists(path) for path in targets)
-    assert not (box.tmp_path / "beside.txt").exists()
+    assert not os.path.lexists(beside)
 
 
-def test_the_working_directory_is_writable_and_the_hosts(box: Box) -> None:
-    """The working directory is the spec's first read-write path; the host sees the writes."""
-    report = box.run(
-        """
-        with open("made-inside.txt", "w") as f:
-            f.write("hello host")
-        os.mkdir("sub")
-        report(cwd=os.getcwd(), owner=os.stat("made-inside.txt").st_uid)
-        """
-    )
-    assert report == {"cwd": str(box.work), "owner": 1000}
-    made = box.work / "made-inside.txt"
-    assert made.read_text() == "hello host"
-    assert made.stat().st_uid == os.geteuid()
-    assert (box.work / "sub").is_dir()
+def test_the_working_directory_is_the_runs_own_and_nothing_of_it_reaches_the_host(
+    box: Box,
+) -> None:
+    """The working directory is the program's (mode 0700) on the run's own file system
+    (nosuid, nodev, noexec), not the host's: what the program writes there, a set-user-id
+    file on a directory it opened to all included, is nowhere on the host, and from the
+    host (through the run's root) it belongs to the run's unprivileged uid, not root."""
+    body = """
+    import stat
+    mode = os.stat(".").st_mode
+    with open("made-inside.txt", "w") as f:
+        f.write("hello")
+    os.mkdir("sub")
+    os.chmod(".", 0o755)
+    os.chmod("made-inside.txt", 0o4755)
+    flags = os.statvfs(".").f_flag
+    report(cwd=os.getcwd(), owner=os.stat("made-inside.txt").st_uid, mode=oct(mode),
+           suid=bool(os.stat("made-inside.txt").st_mode & stat.S_ISUID),
+           mount=[name for name in ("ST_NOSUID", "ST_NODEV", "ST_NOEXEC")
+                  if flags & getattr(os, name)], ready=True)
+    sys.stdin.readline()
+    """
+    with box.spawn(body) as proc:
+        report = _read_report(proc)
+        (pid_one,) = box.descendants(proc)
+        inside = Path(f"/proc/{pid_one}/root{box.work}/made-inside.txt")
+        seen_from_host = inside.stat()
+        host_uid = psutil.Process(pid_one).uids()
+        on_host = sorted(os.listdir(box.work))  # while the run lasts
+        assert proc.stdin is not None
+        proc.stdin.write(b"\n")
+        proc.stdin.flush()
+        assert proc.wait(timeout=TIMEOUT) == 0
+    assert report == {
+        "cwd": str(box.work),
+        "owner": 1000 if box.host_id is None else box.host_id,
+        "mode": "0o40700",
+        "suid": True,  # the bit is there, on a nosuid mount no host user can reach
+        "mount": ["ST_NOSUID", "ST_NODEV", "ST_NOEXEC"],
+        "ready": True,
+    }
+    assert on_host == []
+    expected = os.geteuid() if box.host_id is None else box.host_id
+    assert seen_from_host.st_uid == expected
+    assert host_uid.effective == host_uid.real == host_uid.saved == expected
+    assert expected != 0
+    assert sorted(os.listdir(box.work)) == []
 
 
 def test_tmp_is_private_and_bounded(box: Box) -> None:
-    """/tmp is a tmpfs of tmp_bytes: the host's /tmp is not there, and it fills up."""
+    """/tmp is on the run's file system of disk_bytes: the host's /tmp is not there, and it
+    fills up."""
     fd, host_file = tempfile.mkstemp(prefix="host-tmp-canary-", dir="/tmp")
     os.close(fd)
     try:
@@ -356,7 +413,7 @@ def test_tmp_is_private_and_bounded(box: Box) -> None:
             error = exc.errno
         report(entries=entries, written=written, error=error)
         """,
-            tmp_bytes=1 << 20,
+            disk_bytes=1 << 20,
         )
     finally:
         os.unlink(host_file)
@@ -696,8 +753,13 @@ except OSError as exc:
 
 
 @pytest.mark.parametrize("uid", [1000, 0], ids=["uid-1000", "uid-0"])
-def test_the_identity_inside_is_mapped_and_powerless(box: Box, uid: int) -> None:
-    """The spec's uid maps to the caller's; no capability is left, whatever the uid inside."""
+def test_the_identity_inside_is_its_own_and_powerless(box: Box, uid: int) -> None:
+    """A root caller's program is the run's own unprivileged host uid, with no user
+    namespace and none of root's groups; an unprivileged caller's is the spec's uid, mapped
+    to the caller's. No capability is left either way, and the death signal survives the
+    switch of ids."""
+    if box.host_id is not None and uid != 1000:
+        pytest.skip("a root caller makes no user namespace: there is no uid inside to choose")
     body = (
         _PRIVILEGE_ATTACKS
         + """
@@ -718,10 +780,17 @@ sys.stdin.readline()
         proc.stdin.write(b"\n")
         proc.stdin.flush()
         assert proc.wait(timeout=TIMEOUT) == 0
-    assert (report["uid"], report["gid"]) == (uid, uid)
-    assert report["uid_map"] == [str(uid), str(os.geteuid()), "1"]
-    assert report["gid_map"] == [str(uid), str(os.getegid()), "1"]
-    assert set(report["groups"]) <= {uid, 65534}
+    if box.host_id is None:
+        host_uid, host_gid = os.geteuid(), os.getegid()
+        assert (report["uid"], report["gid"]) == (uid, uid)
+        assert report["uid_map"] == [str(uid), str(host_uid), "1"]
+        assert report["gid_map"] == [str(uid), str(host_gid), "1"]
+        assert set(report["groups"]) <= {uid, 65534}
+    else:
+        host_uid = host_gid = box.host_id
+        assert (report["uid"], report["gid"]) == (host_uid, host_gid)
+        assert report["uid_map"] == report["gid_map"] == ["0", "0", "4294967295"]
+        assert report["groups"] == []
     caps = {key: value for key, value in report["status"].items() if key.startswith("Cap")}
     assert caps == dict.fromkeys(["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"], "0" * 16)
     assert report["status"]["NoNewPrivs"] == "1"
@@ -731,10 +800,12 @@ sys.stdin.readline()
         "umount_tmp": errno.EPERM,
         "new_proc": errno.EPERM,
         "sethostname": errno.EPERM,
-        "append_root_owned": errno.EROFS,
+        # Host root's file, and the program is never host root: refused before the
+        # read-only mount is even looked at.
+        "append_root_owned": errno.EACCES,
     }
-    # Seen from the host: the caller's ids, and no capability at all.
-    assert host_uids.effective == os.geteuid()
+    # Seen from the host: the run's ids (the caller's, if it is not root), no capability.
+    assert host_uids.effective == host_uids.real == host_uids.saved == host_uid
     assert "CapEff:\t0000000000000000" in host_caps
     assert "CapBnd:\t0000000000000000" in host_caps
 
@@ -747,7 +818,7 @@ namespaces = importlib.util.module_from_spec(loader)
 sys.modules["_namespaces"] = namespaces  # dataclasses look their module up
 loader.loader.exec_module(namespaces)
 namespaces.enter(namespaces.ConfineSpec(
-    read_only=namespaces.python_read_only((), {secrets!r}), read_write=({work!r},)))
+    read_only=namespaces.python_read_only((), {secrets!r}), workdir={work!r}))
 try:
     with open({secret!r}) as f:
         secret = f.read()
@@ -755,7 +826,8 @@ except OSError as exc:
     secret = exc.errno
 with open("mine.txt", "w") as f:
     f.write("x")
-print(json.dumps(dict(uid_map=open("/proc/self/uid_map").read().split(), secret=secret)))
+print(json.dumps(dict(uid_map=open("/proc/self/uid_map").read().split(), secret=secret,
+                      owner=os.stat("mine.txt").st_uid)))
 """
 
 
@@ -788,8 +860,9 @@ def test_a_runner_started_as_an_ordinary_user_is_that_user_on_the_host(namespace
     """The deployment the module is built for: an unprivileged host user stays one inside.
 
     Its uid 1000 is the host's 65534: a root-only host file in the view cannot be read, and
-    what it writes belongs to 65534. The module is loaded on its own, from its file, by
-    whatever interpreter that user can run: it needs nothing but the standard library.
+    what it writes is its own (1000 inside), on the run's file system, not the host's. The
+    module is loaded on its own, from its file, by whatever interpreter that user can run:
+    it needs nothing but the standard library.
     """
     if os.geteuid() != 0:
         pytest.skip("needs root to start a child as another user")
@@ -829,8 +902,12 @@ def test_a_runner_started_as_an_ordinary_user_is_that_user_on_the_host(namespace
         )
         assert done.returncode == 0, done.stderr.decode(errors="replace")
         report = json.loads(done.stdout)
-        assert report == {"uid_map": ["1000", str(NOBODY), "1"], "secret": errno.EACCES}
-        assert (work / "mine.txt").stat().st_uid == NOBODY
+        assert report == {
+            "uid_map": ["1000", str(NOBODY), "1"],
+            "secret": errno.EACCES,
+            "owner": 1000,
+        }
+        assert list(work.iterdir()) == []
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
@@ -866,7 +943,7 @@ def test_a_nested_user_namespace_cannot_unlock_the_view(box: Box) -> None:
     assert report["remount_rw"] == errno.EPERM
     assert report["umount"] in (errno.EINVAL, errno.EPERM)
     assert report["umount_root"] in (errno.EINVAL, errno.EPERM)
-    assert report["append"] == errno.EROFS
+    assert report["append"] == errno.EACCES  # host root's file: the nested root is not it
 
 
 def test_the_hostname_is_the_specs_and_the_hosts_is_unchanged(box: Box) -> None:
@@ -883,27 +960,58 @@ def test_the_hostname_is_the_specs_and_the_hosts_is_unchanged(box: Box) -> None:
 # --- the spec, checked in this process ------------------------------------------------
 
 
+#: Host ids for specs checked in this process: a root caller must name some (nothing is
+#: changed, so none is leased).
+HOST_ID = _uid.FIRST if os.geteuid() == 0 else None
+HOST: dict[str, Any] = {"host_uid": HOST_ID, "host_gid": HOST_ID}
+
+
 @pytest.mark.parametrize(
-    ("spec", "message"),
+    ("fields", "message"),
     [
-        (ConfineSpec(read_only=("relative/path",)), "not an absolute path"),
-        (ConfineSpec(read_only=("/no/such/path/here",)), "No such file"),
-        (ConfineSpec(read_only=("/",)), "cannot be bound"),
-        (ConfineSpec(read_only=("/proc/self",)), "cannot be bound"),
-        (ConfineSpec(read_only=("/tmp",)), "cannot be bound"),
-        (ConfineSpec(read_only=("/usr",), read_write=("/usr",)), "both read-only"),
-        (ConfineSpec(read_only=(), hostname=""), "hostname"),
-        (ConfineSpec(read_only=(), hostname="x" * 65), "hostname"),
-        (ConfineSpec(read_only=(), uid=-1), "uid"),
-        (ConfineSpec(read_only=(), gid=2**32), "gid"),
-        (ConfineSpec(read_only=(), tmp_bytes=0), "tmp_bytes"),
-        (ConfineSpec(read_only=(), read_write=("/etc/ld.so.cache",)), "working directory"),
+        ({"read_only": ("relative/path",)}, "not an absolute path"),
+        ({"read_only": ("/no/such/path/here",)}, "No such file"),
+        ({"read_only": ("/",)}, "cannot be bound"),
+        ({"read_only": ("/proc/self",)}, "cannot be bound"),
+        ({"read_only": ("/tmp",)}, "cannot be bound"),
+        ({"hostname": ""}, "hostname"),
+        ({"hostname": "x" * 65}, "hostname"),
+        ({"uid": -1}, "uid"),
+        ({"gid": 2**32}, "gid"),
+        ({"disk_bytes": 0}, "disk_bytes"),
+        ({"disk_files": 0}, "disk_files"),
+        ({"workdir": "relative"}, "workdir"),
+        ({"workdir": "/"}, "workdir"),
+        ({"workdir": "/tmp"}, "workdir"),
+        ({"workdir": "/proc/x"}, "workdir"),
+        ({"workdir": "/dev/x"}, "workdir"),
+        ({"read_only": ("/usr",), "workdir": "/usr/w"}, "overlaps"),
+        ({"read_only": ("/usr/lib",), "workdir": "/usr"}, "overlaps"),
     ],
 )
-def test_a_spec_that_cannot_be_built_is_refused(spec: ConfineSpec, message: str) -> None:
+def test_a_spec_that_cannot_be_built_is_refused(fields: dict[str, Any], message: str) -> None:
     """The checks run before anything changes, and say what is wrong."""
     with pytest.raises(ValueError, match=message):
-        _plan(spec)
+        _plan(ConfineSpec(**{"read_only": (), **HOST, **fields}))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the checks of a root caller's host ids")
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({}, "must name the unprivileged host ids"),
+        ({"host_uid": _uid.FIRST}, "must name the unprivileged host ids"),
+        ({"host_uid": 0, "host_gid": _uid.FIRST}, "cannot be host root"),
+        ({"host_uid": _uid.FIRST, "host_gid": 0}, "cannot be host root"),
+        ({"host_uid": -5, "host_gid": _uid.FIRST}, "host_uid"),
+    ],
+)
+def test_a_root_caller_must_run_the_program_as_an_unprivileged_host_id(
+    fields: dict[str, Any], message: str
+) -> None:
+    """A root caller's program would be host root unless it names an unprivileged id."""
+    with pytest.raises(ValueError, match=message):
+        _plan(ConfineSpec(read_only=(), **fields))
 
 
 def test_a_path_below_a_symbolic_link_is_refused(tmp_path: Path) -> None:
@@ -912,7 +1020,11 @@ def test_a_path_below_a_symbolic_link_is_refused(tmp_path: Path) -> None:
     (tmp_path / "real" / "file").write_text("x")
     (tmp_path / "link").symlink_to(tmp_path / "real")
     with pytest.raises(ValueError, match="symbolic link among its parents"):
-        _plan(ConfineSpec(read_only=(str(tmp_path / "link" / "file"),)))
+        _plan(
+            ConfineSpec(
+                read_only=(str(tmp_path / "link" / "file"),), host_uid=HOST_ID, host_gid=HOST_ID
+            )
+        )
 
 
 def test_the_plan_orders_parents_first_and_keeps_links(tmp_path: Path) -> None:
@@ -921,26 +1033,33 @@ def test_the_plan_orders_parents_first_and_keeps_links(tmp_path: Path) -> None:
     (tmp_path / "to-a").symlink_to("a")
     plan = _plan(
         ConfineSpec(
-            read_only=(str(tmp_path / "a" / "b"), str(tmp_path / "to-a")),
-            read_write=(str(tmp_path / "a"),),
+            read_only=(str(tmp_path / "a" / "b"), str(tmp_path / "to-a"), str(tmp_path / "a")),
+            workdir=str(tmp_path / "work"),
+            host_uid=HOST_ID,
+            host_gid=HOST_ID,
         )
     )
-    assert [(m.path, m.writable, m.link) for m in plan.mounts] == [
-        (str(tmp_path / "a"), True, None),
-        (str(tmp_path / "a" / "b"), False, None),
-        (str(tmp_path / "to-a"), False, "a"),
+    assert [(m.path, m.link) for m in plan.mounts] == [
+        (str(tmp_path / "a"), None),
+        (str(tmp_path / "a" / "b"), None),
+        (str(tmp_path / "to-a"), "a"),
     ]
-    assert plan.workdir == str(tmp_path / "a")
-    assert not any(plan.stage == m.path or m.path.startswith(plan.stage + "/") for m in plan.mounts)
+    assert plan.workdir == str(tmp_path / "work")
+    assert (plan.disk_bytes, plan.disk_files) == (64 << 20, 4096)
+    assert not any(
+        plan.stage == path or path.startswith(plan.stage + "/")
+        for path in [*(m.path for m in plan.mounts), plan.workdir]
+    )
 
 
 def test_the_spec_decodes_from_json() -> None:
     """The host can send the spec as JSON; msgspec builds the dataclass as is."""
     spec = msgspec.json.decode(
-        b'{"read_only": ["/usr"], "read_write": ["/tmp/w"], "uid": 0}', type=ConfineSpec
+        b'{"read_only": ["/usr"], "workdir": "/tmp/w", "uid": 0, "host_uid": 5}', type=ConfineSpec
     )
-    assert spec == ConfineSpec(read_only=("/usr",), read_write=("/tmp/w",), uid=0)
-    assert (spec.hostname, spec.gid, spec.tmp_bytes) == ("sandbox", 1000, 64 << 20)
+    assert spec == ConfineSpec(read_only=("/usr",), workdir="/tmp/w", uid=0, host_uid=5)
+    assert (spec.hostname, spec.gid, spec.host_gid) == ("sandbox", 1000, None)
+    assert (spec.disk_bytes, spec.disk_files) == (64 << 20, None)
 
 
 def test_python_read_only_is_small_and_flat() -> None:

@@ -6,15 +6,25 @@ at ``confined`` it must be stopped.
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import json
 import os
+import platform
 import socket
-from collections.abc import Iterator
+import struct
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
+import anyio
+import psutil
 import pytest
 
 import sandbox
-from sandbox import Budget, Kind, Level, RunResult
+from sandbox import Budget, Kind, Level, RunResult, _supervisor, _uid
 
 pytestmark = [
     pytest.mark.anyio,
@@ -28,9 +38,16 @@ pytestmark = [
 BOTH = pytest.mark.parametrize("level", [Level.PROCESS, Level.CONFINED])
 
 
-async def attack(program: str, level: Level, **budget: object) -> RunResult:
+async def attack(
+    program: str, level: Level, tools: list[Callable[..., Any]] | None = None, **budget: object
+) -> RunResult:
     budget.setdefault("wall_clock", 30.0)
-    result = await sandbox.run(program, budget=Budget(**budget), level=level)  # type: ignore[arg-type]
+    result = await sandbox.run(
+        program,
+        tools=tools or [],
+        budget=Budget(**budget),  # type: ignore[arg-type]
+        level=level,
+    )
     assert result.ok, result.error
     return result
 
@@ -179,7 +196,7 @@ async def test_memory_cannot_escape_through_memfd_or_tmp() -> None:
     """memfd and /tmp pages count against max_memory; the run is ended at the limit."""
     memfd = """
 import os
-fd = os.memfd_create("x")
+fd = os.memfd_create("x", os.MFD_CLOEXEC | 0x8)  # MFD_NOEXEC_SEAL (Linux 6.3)
 chunk = b"x" * (1 << 20)
 for _ in range(512):
     os.write(fd, chunk)
@@ -234,6 +251,8 @@ def test_doctor_reports_what_this_host_provides() -> None:
     assert set(report["namespaces"]) >= {"user", "mount", "net", "ipc", "uts", "pid"}
     assert report["landlock_abi"] >= 1
     assert report["levels"]["confined"]["missing_walls"] == {}
+    # A root host gives every run a host uid of its own; an unprivileged one says why not.
+    assert (report["own_uid_per_run"] is None) == (os.geteuid() == 0)
     assert set(report["levels"]["in_process"]["unenforceable"]) >= {"wall_clock", "max_memory"}
 
 
@@ -245,3 +264,190 @@ async def test_confined_refuses_to_run_without_every_wall(monkeypatch: pytest.Mo
     with pytest.raises(sandbox.ConfinementUnavailable, match="landlock") as info:
         await sandbox.run("1", level=Level.CONFINED)
     assert info.value.gaps == {"landlock": "no Landlock here"}
+
+
+# --- the host's users and the host's kernel quotas ----------------------------------------
+
+NOBODY = 65534
+
+
+def euid_probe() -> bytes:
+    """An executable a program can write: a 136-byte x86_64 ELF that exits with the low
+    byte of its effective uid (0: it ran as root; 254: as nobody)."""
+    code = bytes.fromhex("b86b0000000f0589c7b83c0000000f05")  # geteuid; exit(eax)
+    base = 0x400000
+    entry = base + 64 + 56
+    header = struct.pack(
+        "<4sBBBBB7xHHIQQQIHHHHHH",
+        *(b"\x7fELF", 2, 1, 1, 0, 0),  # 64-bit, little-endian, ELF version 1, System V
+        *(2, 0x3E, 1, entry, 64, 0, 0),  # executable, x86_64; the program header follows
+        *(64, 56, 1, 0, 0, 0),
+    )
+    size = 64 + 56 + len(code)
+    program = struct.pack("<IIQQQQQQ", 1, 5, 0, base, base, size, size, 0x1000)  # R+X
+    return header + program + code
+
+
+needs_x86_64 = pytest.mark.skipif(
+    platform.machine() != "x86_64", reason="the program-written executable is x86_64 code"
+)
+
+
+def run_processes_in(cwd: str) -> list[psutil.Process]:
+    """The processes of the run whose working directory is ``cwd`` (as the run sees it)."""
+    zygote = _supervisor.zygote_pid()
+    assert zygote is not None
+    found = []
+    for proc in psutil.Process(zygote).children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if proc.cwd() == cwd:
+                found.append(proc)
+    return found
+
+
+def as_nobody(path: str) -> int | str:
+    """Run ``path`` as the host's ``nobody``: its exit status, or why it could not run."""
+    try:
+        done = subprocess.run(
+            [path], user=NOBODY, group=NOBODY, extra_groups=[], timeout=30, check=False
+        )
+    except OSError as exc:
+        return errno.errorcode[exc.errno or 0]
+    return done.returncode
+
+
+@needs_x86_64
+@BOTH
+async def test_a_host_user_cannot_become_root_through_what_the_program_writes(
+    level: Level,
+) -> None:
+    """A program writes an executable, opens its working directory to all and sets the
+    file's set-user-id bit; while the run lasts, an ordinary host user tries to run it,
+    where the host keeps the working directory and through the run's own root. At
+    ``process`` it runs as root; at ``confined`` it is nowhere on the host, what the program
+    writes belongs to the run's own unprivileged uid, and no host user reaches it."""
+
+    def look(cwd: str) -> dict[str, Any]:
+        (runner,) = [p for p in run_processes_in(cwd) if p.ppid() == _supervisor.zygote_pid()]
+        through_root = f"/proc/{runner.pid}/root{cwd}/rootme"
+        seen: dict[str, Any] = {"uids": list(runner.uids())}
+        seen["on_host"] = os.path.lexists(f"{cwd}/rootme")
+        for name, path in (("host", f"{cwd}/rootme"), ("through_root", through_root)):
+            seen[name] = as_nobody(path)
+        seen["owner"] = os.stat(through_root).st_uid
+        seen["nosuid"] = bool(os.statvfs(through_root).f_flag & os.ST_NOSUID)
+        return seen
+
+    async def try_it(cwd: str) -> dict[str, Any]:
+        return await anyio.to_thread.run_sync(look, cwd)
+
+    program = f"""
+import os
+with open("rootme", "wb") as f:
+    f.write(bytes.fromhex({euid_probe().hex()!r}))
+done = {{}}
+for name, path, mode in [("dir", ".", 0o755), ("suid", "rootme", 0o4755), ("x", "rootme", 0o755)]:
+    try:
+        os.chmod(path, mode)
+        done[name] = "ok"
+    except OSError as exc:
+        done[name] = exc.errno
+    if name == "suid" and done[name] == "ok":
+        break
+[done, await host.try_it(cwd=os.getcwd())]
+"""
+    result = await attack(program, level, [try_it])
+    done, seen = result.value
+    assert done["dir"] == "ok"
+    if level is Level.PROCESS:
+        assert seen["on_host"]
+        assert seen["host"] == 0  # the ordinary user ran it as root
+        assert seen["owner"] == 0
+        return
+    assert not seen["on_host"]  # not on the host at all (the host's directory stays empty)
+    assert seen["host"] in ("ENOENT", "EACCES")
+    assert seen["through_root"] == "EACCES"  # nobody cannot reach the run's root
+    uids = set(seen["uids"])
+    assert len(uids) == 1
+    (uid,) = uids
+    assert seen["owner"] == uid
+    if os.geteuid() == 0:
+        assert _uid.FIRST <= uid < _uid.FIRST + _uid.COUNT  # the run's own, not root
+    assert seen["nosuid"]
+
+
+#: A program that holds every queued signal its uid may have (``RLIMIT_SIGPENDING``) and
+#: every inotify instance (where seccomp allows them), then asks the host to look.
+EXHAUST = """
+import ctypes, errno, os, signal
+libc = ctypes.CDLL(None, use_errno=True)
+class sigval(ctypes.Union):
+    _fields_ = [("sival_int", ctypes.c_int), ("sival_ptr", ctypes.c_void_p)]
+libc.sigqueue.argtypes = [ctypes.c_int, ctypes.c_int, sigval]
+sig = signal.SIGRTMIN + 3
+signal.pthread_sigmask(signal.SIG_BLOCK, {sig})
+instances = []
+while len(instances) < 100_000:
+    fd = libc.inotify_init1(os.O_CLOEXEC)
+    if fd < 0:
+        inotify = errno.errorcode[ctypes.get_errno()]
+        break
+    instances.append(fd)
+queued = 0
+while queued < 10_000_000:
+    if libc.sigqueue(os.getpid(), sig, sigval(0)) != 0:
+        sigqueue = errno.errorcode[ctypes.get_errno()]
+        break
+    queued += 1
+held = {"inotify": [len(instances), inotify], "sigqueue": [queued, sigqueue]}
+[held, await host.look()]
+"""
+
+#: What a process may still do while a run holds all of its own quotas: queue one signal
+#: to itself and take one inotify instance (each answers ok, or why not).
+MAY_I = """
+import ctypes, errno, json, os, signal
+libc = ctypes.CDLL(None, use_errno=True)
+class sigval(ctypes.Union):
+    _fields_ = [("sival_int", ctypes.c_int), ("sival_ptr", ctypes.c_void_p)]
+libc.sigqueue.argtypes = [ctypes.c_int, ctypes.c_int, sigval]
+sig = signal.SIGRTMIN + 3
+signal.pthread_sigmask(signal.SIG_BLOCK, {sig})
+outcome = {}
+if libc.sigqueue(os.getpid(), sig, sigval(0)) == 0:
+    outcome["sigqueue"] = "ok" if signal.sigtimedwait({sig}, 5) is not None else "lost"
+else:
+    outcome["sigqueue"] = errno.errorcode[ctypes.get_errno()]
+fd = libc.inotify_init1(os.O_CLOEXEC)
+outcome["inotify"] = "ok" if fd >= 0 else errno.errorcode[ctypes.get_errno()]
+"""
+
+
+async def test_a_run_that_takes_its_per_user_quotas_leaves_the_host_and_other_runs_theirs() -> None:
+    """A confined run holds every queued signal and inotify instance the kernel allows its
+    uid; while it does, host root (a process of the host's) and a concurrent confined run
+    still get theirs: the run's quotas are its own uid's."""
+
+    async def look() -> dict[str, Any]:
+        code = MAY_I + "print(json.dumps(outcome))\n"
+        done = await anyio.run_process([sys.executable, "-I", "-S", "-c", code], check=True)
+        other = await sandbox.run(
+            MAY_I + "outcome\n", budget=Budget(wall_clock=30), level=Level.CONFINED
+        )
+        assert other.ok, other.error
+        return {"host": json.loads(done.stdout), "other_run": other.value}
+
+    result = await attack(EXHAUST, Level.CONFINED, [look], wall_clock=60.0)
+    held, seen = result.value
+    queued, why = held["sigqueue"]
+    assert why == "EAGAIN"
+    assert queued > 0  # it did hold them: RLIMIT_SIGPENDING's worth
+    instances, why = held["inotify"]
+    inotify_allowed = why != "EPERM"  # seccomp may refuse inotify altogether
+    if inotify_allowed:
+        assert (instances, why) != (0, why)
+        assert why == "EMFILE"
+    assert seen["host"]["sigqueue"] == "ok"
+    assert seen["other_run"]["sigqueue"] == "ok"
+    assert seen["host"]["inotify"] == "ok"
+    assert seen["other_run"]["inotify"] == ("ok" if inotify_allowed else "EPERM")
