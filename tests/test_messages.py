@@ -703,6 +703,10 @@ def test_nesting_up_to_max_nesting_is_read(cls: type[Message]) -> None:
     assert decode(decoder_for(cls), payload) == decode(decoder_for(cls), payload_of(obj))
 
 
+@pytest.mark.skipif(
+    sys.version_info >= (3, 12),
+    reason="from 3.12 the C decoder's recursion is counted apart from Python frames",
+)
 def test_a_frame_within_max_nesting_from_too_deep_a_stack_is_a_local_error() -> None:
     """A legal frame our own stack is too deep to decode is a LocalProtocolError: the
     peer did nothing wrong, and it is still a protocol error, never a RecursionError."""
