@@ -42,6 +42,7 @@ from protocol import (
     ChannelClosed,
     FdChannel,
     Kind,
+    LocalProtocolError,
     RemoteProtocolError,
     Result,
     Server,
@@ -286,6 +287,10 @@ class _Run:
                     result = await Starter(start_ch).start(start)
                 except RemoteProtocolError as exc:
                     failure = (Kind.UNKNOWN, "protocol", f"the child broke the protocol: {exc}")
+                except LocalProtocolError as exc:
+                    # The Start cannot be sent (a budget past Go's int64): the child got
+                    # nothing, and no retry of this run can change that.
+                    failure = (Kind.INVALID, "protocol", f"the run cannot be started: {exc}")
                 except (ChannelClosed, anyio.BrokenResourceError):
                     failure = None  # decided below, once we know how the child ended
             if wall.cancelled_caught:

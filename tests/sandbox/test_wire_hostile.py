@@ -42,3 +42,19 @@ async def test_a_hostile_frame_is_a_protocol_failure(payload: bytes, fd: int) ->
     )
     assert (result.kind, result.cause) == (Kind.UNKNOWN, "protocol"), result.error
     assert result.wall_time < 10
+
+
+@pytest.mark.parametrize(
+    "budget",
+    [Budget(wall_clock=1e10), Budget(wall_clock=10.0, max_calls=2**63)],
+    ids=["wall-clock-past-int64-ns", "max-calls-past-int64"],
+)
+async def test_a_budget_the_wire_cannot_carry_is_a_result_not_an_exception(
+    budget: Budget,
+) -> None:
+    """A budget past Go's int64 (292 years of wall clock in ns, say) cannot be sent in a
+    Start: the run ends as a protocol failure before the program starts, and ``run``
+    still returns a RunResult."""
+    result = await sandbox.run("1 + 1", tools=[echo], budget=budget, level=Level.PROCESS)
+    assert (result.kind, result.cause) == (Kind.INVALID, "protocol"), result.error
+    assert "int64" in (result.error or "")
