@@ -54,11 +54,15 @@ from ._program import ProgramTool
 from ._set import ALLOW, Batch, Decision, Policy, Set, deny
 
 if TYPE_CHECKING:
+    from ._auth import BearerToken, JwtVerifier, OAuth
     from ._remote import KEEPALIVE, Dialer, Remote, http, stdio
     from ._serve import SESSION_IDLE, ExecutorServer
 
 # The MCP ends load the MCP SDK (most of a second): only when they are asked for.
 _LAZY = {
+    "BearerToken": "_auth",
+    "JwtVerifier": "_auth",
+    "OAuth": "_auth",
     "KEEPALIVE": "_remote",
     "Dialer": "_remote",
     "Remote": "_remote",
@@ -91,6 +95,7 @@ __all__ = [
     "BadCapability",
     "Batch",
     "Batcher",
+    "BearerToken",
     "Call",
     "CallContext",
     "Capability",
@@ -111,9 +116,11 @@ __all__ = [
     "FunctionTool",
     "InProcess",
     "Invoke",
+    "JwtVerifier",
     "NeedsPeers",
     "NoCapability",
     "NotAnExecutor",
+    "OAuth",
     "PlaneError",
     "Policy",
     "ProgramTool",

@@ -33,8 +33,9 @@ def add_serve_parser(sub: Any) -> None:
         "are the other tools) and the tools of --tools modules as an MCP executor, on "
         "standard input and output, or over streamable HTTP with --http. The budget options "
         "are ceilings: a session asks for its own budget and gets each item capped at them. "
-        "The HTTP server authenticates no one: whoever reaches it runs the tools. Serve it "
-        "on loopback, or behind something that authenticates.",
+        "Whoever reaches the HTTP server runs code: on any address but loopback it refuses "
+        "to start without a bearer token (--token-file, --token-env) or OAuth "
+        "(--oauth-issuer, --oauth-jwks).",
     )
     s.add_argument(
         "--level",
@@ -78,6 +79,51 @@ def add_serve_parser(sub: Any) -> None:
         metavar="ORIGIN",
         help="HTTP: a browser origin to accept (none but the served address is)",
     )
+    auth = s.add_argument_group("HTTP authentication and TLS")
+    token = auth.add_mutually_exclusive_group()
+    token.add_argument(
+        "--token-file",
+        metavar="PATH",
+        help="every request must carry 'Authorization: Bearer TOKEN', TOKEN being this "
+        "file's content (at least 16 characters)",
+    )
+    token.add_argument(
+        "--token-env",
+        metavar="NAME",
+        help="the same, with the token in the environment variable NAME",
+    )
+    auth.add_argument(
+        "--oauth-issuer",
+        metavar="URL",
+        help="be an OAuth resource server: let in the access tokens (JWTs) this authorization "
+        "server issues for this server, checked against its keys (--oauth-jwks)",
+    )
+    auth.add_argument(
+        "--oauth-jwks",
+        metavar="URL",
+        help="where the issuer publishes its keys (https://..., or file://... on this host)",
+    )
+    auth.add_argument(
+        "--oauth-resource",
+        metavar="URL",
+        help="this server's URL as the issuer names it in its tokens' audience (default: the "
+        "URL served)",
+    )
+    auth.add_argument(
+        "--oauth-scope",
+        action="append",
+        default=[],
+        metavar="SCOPE",
+        help="a scope every token must carry; repeatable",
+    )
+    auth.add_argument(
+        "--no-auth",
+        action="store_true",
+        help="serve an address that is not loopback without authentication (only where "
+        "something in front of the server authenticates)",
+    )
+    auth.add_argument("--tls-cert", metavar="PATH", help="serve HTTPS with this certificate (PEM)")
+    auth.add_argument("--tls-key", metavar="PATH", help="the certificate's private key (PEM)")
     s.add_argument("--kind", default="host", help="the workspace's kind, as sessions record it")
     s.add_argument("--ref", default="", help="which workspace (default: this host's name)")
     s.add_argument("--root", default="", help="the workspace's root (default: the current one)")
@@ -108,6 +154,7 @@ def _address(text: str) -> tuple[str, int]:
 
 def serve(args: argparse.Namespace) -> int:
     from .._cli import budget_from, tool_objects
+    from ._auth import OAuth, read_token
     from ._serve import ExecutorServer
 
     try:
@@ -139,6 +186,21 @@ def serve(args: argparse.Namespace) -> int:
             anyio.run(server.serve_stdio)
             return EXIT_OK
         host, port = _address(args.http)
+        token = None
+        if args.token_file is not None or args.token_env is not None:
+            token = read_token(file=args.token_file, env=args.token_env)
+        oauth = None
+        if args.oauth_issuer is not None or args.oauth_jwks is not None:
+            if args.oauth_issuer is None or args.oauth_jwks is None:
+                raise SandboxError("OAuth needs --oauth-issuer and --oauth-jwks, both")
+            oauth = OAuth(
+                issuer=args.oauth_issuer,
+                jwks=args.oauth_jwks,
+                resource=args.oauth_resource,
+                scopes=tuple(args.oauth_scope),
+            )
+        elif args.oauth_resource is not None or args.oauth_scope:
+            raise SandboxError("--oauth-resource and --oauth-scope go with --oauth-issuer")
 
         def ready(url: str) -> None:
             print(f"sandbox: serving {url}", file=sys.stderr, flush=True)
@@ -150,6 +212,11 @@ def serve(args: argparse.Namespace) -> int:
                 idle=args.idle,
                 allowed_hosts=args.allow_host,
                 allowed_origins=args.allow_origin,
+                token=token,
+                oauth=oauth,
+                require_auth=False if args.no_auth else None,
+                tls_cert=args.tls_cert,
+                tls_key=args.tls_key,
                 ready=ready,
             )
 

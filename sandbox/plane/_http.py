@@ -9,6 +9,9 @@ put together with what they lack.
   ``-32602`` and pydantic's whole report; and a line in the log.
 * Host names compare without case (``LOCALHOST:PORT`` is the host served): the SDK's check
   of the Host and Origin headers is exact, so they are lowered before it.
+* Authentication: any :class:`~mcp.server.auth.provider.TokenVerifier` behind the SDK's
+  own bearer middleware (``401`` with ``WWW-Authenticate``), and for OAuth the SDK's
+  protected resource metadata (RFC 9728).
 """
 
 from __future__ import annotations
@@ -18,7 +21,15 @@ from collections.abc import Callable
 from typing import Any, Final
 from uuid import uuid4
 
-from mcp.server.auth.middleware.bearer_auth import AuthorizationContext
+from mcp.server.auth.middleware.auth_context import AuthContextMiddleware
+from mcp.server.auth.middleware.bearer_auth import (
+    AuthorizationContext,
+    BearerAuthBackend,
+    RequireAuthMiddleware,
+)
+from mcp.server.auth.provider import TokenVerifier
+from mcp.server.auth.routes import build_resource_metadata_url, create_protected_resource_routes
+from mcp.server.auth.settings import AuthSettings
 from mcp.server.lowlevel.server import Server
 from mcp.server.streamable_http import StreamableHTTPServerTransport
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
@@ -26,6 +37,8 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import RequestId, jsonrpc_message_adapter
 from pydantic import ValidationError
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.authentication import AuthenticationMiddleware
 from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
@@ -133,12 +146,19 @@ def http_app(
     *,
     security: TransportSecuritySettings,
     log: Callable[[str], Any],
+    verifier: TokenVerifier | None = None,
+    oauth: AuthSettings | None = None,
 ) -> tuple[Starlette, StreamableHTTPSessionManager]:
     """The ASGI application serving ``server`` at :data:`PATH`, and its session manager.
 
     Args:
         security: the Host and Origin headers accepted (lower-case names).
         log: told, in a line, of each malformed message refused.
+        verifier: if given, every request needs a bearer token it accepts (``401``
+            otherwise).
+        oauth: for OAuth, this server's URL and its authorization server's, published as
+            protected resource metadata (RFC 9728) and named in ``WWW-Authenticate``, and
+            the scopes every token needs (``403`` otherwise).
     """
     sessions = _Sessions(
         server,
@@ -149,10 +169,26 @@ def http_app(
         # flight, so a client that holds one is never idle; ExecutorServer keeps its own.
         session_idle_timeout=None,
     )
-    app = Starlette(
-        routes=[Route(PATH, endpoint=StreamableHTTPASGIApp(sessions))],
-        lifespan=lambda _: sessions.run(),
-    )
+    endpoint: Any = StreamableHTTPASGIApp(sessions)
+    middleware: list[Middleware] = []
+    routes: list[Route] = []
+    if verifier is not None:
+        metadata = None
+        scopes = (oauth.required_scopes if oauth is not None else None) or []
+        if oauth is not None and oauth.resource_server_url is not None:
+            metadata = build_resource_metadata_url(oauth.resource_server_url)
+            routes.extend(
+                create_protected_resource_routes(
+                    oauth.resource_server_url, [oauth.issuer_url], scopes or None
+                )
+            )
+        endpoint = RequireAuthMiddleware(endpoint, scopes, metadata)
+        middleware = [
+            Middleware(AuthenticationMiddleware, backend=BearerAuthBackend(verifier)),
+            Middleware(AuthContextMiddleware),
+        ]
+    routes.insert(0, Route(PATH, endpoint=endpoint))
+    app = Starlette(routes=routes, middleware=middleware, lifespan=lambda _: sessions.run())
     return app, sessions
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import ssl
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -12,6 +13,7 @@ from typing import Any, Final, Literal, final
 
 import anyio
 import anyio.abc
+import httpx2
 import mcp_types as types
 import msgspec
 from mcp.client.session import ClientSession
@@ -89,11 +91,35 @@ def stdio(
     return lambda: stdio_client(params)
 
 
-def http(url: str) -> Dialer:
-    """A dialer of the executor served at ``url`` (``http://127.0.0.1:PORT/mcp``)."""
+def http(
+    url: str,
+    *,
+    token: str | None = None,
+    headers: Mapping[str, str] | None = None,
+    verify: ssl.SSLContext | str | bool = True,
+) -> Dialer:
+    """A dialer of the executor served at ``url`` (``http://127.0.0.1:PORT/mcp``).
+
+    Args:
+        token: a bearer token, sent with every request (``sandbox serve --token-file``,
+            or an OAuth access token).
+        headers: more headers to send with every request.
+        verify: for ``https``, how the server's certificate is checked: against the
+            system's certificate authorities (True), those of a PEM file (its path), an
+            :class:`ssl.SSLContext`, or not at all (False).
+
+    Raises:
+        ValueError: not an http(s) URL.
+        OSError: the certificates of ``verify`` cannot be read.
+    """
     if not url.startswith(("http://", "https://")):
         raise ValueError(f"not an http(s) URL: {url!r}")
-    return _HttpDialer(url)
+    sent = dict(headers or {})
+    if token is not None:
+        sent["Authorization"] = f"Bearer {token}"
+    if isinstance(verify, str):
+        verify = ssl.create_default_context(cafile=verify)
+    return _HttpDialer(url, sent, verify)
 
 
 @final
@@ -102,11 +128,25 @@ class _HttpDialer:
 
     keepalive = KEEPALIVE
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, headers: dict[str, str], verify: ssl.SSLContext | bool) -> None:
         self.url = url
+        self._headers = headers
+        self._verify = verify
 
     def __call__(self) -> AbstractAsyncContextManager[Any]:
-        return streamable_http_client(self.url)
+        if not self._headers and self._verify is True:
+            return streamable_http_client(self.url)
+        return self._dial()
+
+    @contextlib.asynccontextmanager
+    async def _dial(self) -> AsyncIterator[Any]:
+        # The SDK's own client's timeouts: a server may hold a response stream open.
+        timeout = httpx2.Timeout(30.0, read=300.0)
+        async with (
+            httpx2.AsyncClient(headers=self._headers, timeout=timeout, verify=self._verify) as c,
+            streamable_http_client(self.url, http_client=c) as streams,
+        ):
+            yield streams
 
 
 @final

@@ -21,6 +21,7 @@ import mcp_types as types
 import msgspec
 import pydantic
 from mcp.server import Server
+from mcp.server.auth.provider import TokenVerifier
 from mcp.server.connection import Connection
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
@@ -32,6 +33,7 @@ from mcp_types import INVALID_PARAMS
 from protocol import Kind
 
 from .._budget import Budget
+from ._auth import BearerToken, OAuth
 from ._capability import (
     CAPABILITY_KEY,
     CAPABILITY_VERSION,
@@ -390,10 +392,16 @@ class ExecutorServer:
         idle: float = SESSION_IDLE,
         allowed_hosts: Iterable[str] = (),
         allowed_origins: Iterable[str] = (),
+        token: str | None = None,
+        oauth: OAuth | None = None,
+        require_auth: bool | None = None,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
         ready: Callable[[str], Any] | None = None,
     ) -> None:
-        """Serve over streamable HTTP at ``http://host:port/mcp`` until cancelled (asyncio
-        only: the HTTP server is uvicorn). ``ready`` is told the URL once it listens.
+        """Serve over streamable HTTP at ``http://host:port/mcp`` (``https`` with TLS) until
+        cancelled (asyncio only: the HTTP server is uvicorn). ``ready`` is told the URL once
+        it listens.
 
         Requests naming a host other than the one served (DNS rebinding) and cross-origin
         requests from a browser page are refused; ``allowed_hosts`` and
@@ -402,20 +410,42 @@ class ExecutorServer:
 
         Args:
             idle: seconds a session may have no request in flight before it is closed.
+            token: a bearer token every request must carry (compared in constant time).
+            oauth: or: the server is an OAuth resource server, letting in the access
+                tokens of an authorization server (see :class:`OAuth`).
+            require_auth: whether to refuse to serve without ``token`` or ``oauth``; by
+                default, whenever ``host`` is not a loopback address.
+            tls_cert, tls_key: serve HTTPS with this certificate (PEM) and its key.
 
         Raises:
-            ValueError: a bad option.
-            OSError: the address cannot be bound.
+            ValueError: a bad option, or no authentication where it is required.
+            OSError: the address cannot be bound, or the certificate or key read.
         """
         import uvicorn
 
         if not (idle > 0 and math.isfinite(idle)):
             raise ValueError(f"idle must be a positive number of seconds, got {idle!r}")
+        if token is not None and oauth is not None:
+            raise ValueError("one way of authenticating: a bearer token or OAuth, not both")
+        if (tls_cert is None) != (tls_key is None):
+            raise ValueError("TLS needs a certificate and its key, both")
+        if require_auth is None:
+            require_auth = not _loopback(host)
+        if require_auth and token is None and oauth is None:
+            raise ValueError(
+                f"serving {host} (not loopback) needs a bearer token or OAuth: whoever "
+                "reaches the port would run code"
+            )
+        if oauth is not None and oauth.resource is None and _unspecified(host):
+            raise ValueError(
+                f"serving {host}, OAuth needs the URL clients reach the server at (resource)"
+            )
+        verifier: TokenVerifier | None = BearerToken(token) if token is not None else None
         await self.prepare()
         sock = listening_socket(host, port)
         try:
             bound = sock.getsockname()[1]
-            scheme = "http"
+            scheme = "http" if tls_cert is None else "https"
             url = f"{scheme}://{_url_host(host)}:{bound}{PATH}"
             names = _host_names(host)
             security = TransportSecuritySettings(
@@ -429,8 +459,26 @@ class ExecutorServer:
                     *(o.lower() for o in allowed_origins),
                 ],
             )
-            app, self._sessions = http_app(self._server, security=security, log=self._log)
-            uv = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+            settings = None
+            if oauth is not None:
+                settings = oauth.settings(url)
+                verifier = oauth.token_verifier(url)
+            app, self._sessions = http_app(
+                self._server,
+                security=security,
+                log=self._log,
+                verifier=verifier,
+                oauth=settings,
+            )
+            config = uvicorn.Config(
+                app,
+                log_level="warning",
+                lifespan="on",
+                ssl_certfile=tls_cert,
+                ssl_keyfile=tls_key,
+            )
+            config.load()  # the certificate and key are read now, not at the first request
+            uv = uvicorn.Server(config)
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._expire_idle, idle)
                 tg.start_soon(uv.serve, [sock])
@@ -561,5 +609,12 @@ def _loopback(host: str) -> bool:
         return True
     try:
         return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _unspecified(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_unspecified
     except ValueError:
         return False

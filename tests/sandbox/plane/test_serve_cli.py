@@ -19,7 +19,27 @@ SERVED = str(Path(__file__).parent / "served.py")
         (["--tools", "/nonexistent/tools.py"], "cannot load tools module"),
         (["--max-calls", "-1"], "max_calls"),
         (["--http", "127.0.0.1:0", "--idle", "0"], "idle"),
-        (["--http", "203.0.113.7:0"], "Cannot assign"),
+        # Whoever reaches the port runs code: not loopback, not without a token.
+        (["--http", "203.0.113.7:0"], "needs a bearer token or OAuth"),
+        (["--http", "0.0.0.0:0"], "needs a bearer token or OAuth"),
+        (["--http", "[::]:0"], "needs a bearer token or OAuth"),
+        (["--http", "203.0.113.7:0", "--no-auth"], "Cannot assign"),  # it tried to bind
+        (["--http", "127.0.0.1:0", "--token-env", "SANDBOX_UNSET"], "shorter than 16"),
+        (["--http", "127.0.0.1:0", "--token-file", "/nonexistent/token"], "No such file"),
+        (["--http", "127.0.0.1:0", "--oauth-issuer", "https://issuer.example"], "both"),
+        (["--http", "127.0.0.1:0", "--oauth-scope", "run"], "go with --oauth-issuer"),
+        (["--http", "127.0.0.1:0", "--tls-cert", "/nonexistent/cert.pem"], "and its key"),
+        (
+            [
+                "--http",
+                "127.0.0.1:0",
+                "--tls-cert",
+                "/nonexistent/c.pem",
+                "--tls-key",
+                "/nonexistent/k.pem",
+            ],
+            "No such file",
+        ),
     ],
 )
 def test_serve_refuses_bad_options(
@@ -45,3 +65,14 @@ def test_serve_refuses_two_tools_of_one_name(
     twice.write_text("def run_program(code: str) -> str:\n    return code\n")
     assert main(["serve", "--level", "process", "--tools", str(twice)]) == 4
     assert "two tools are named 'run_program'" in capsys.readouterr().err
+
+
+def test_serve_binds_a_public_address_with_a_token(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With a token, an address that is not loopback is served: here one this host does not
+    have, so that binding it fails (and nothing is served to anyone)."""
+    monkeypatch.setenv("SANDBOX_TEST_TOKEN", "a-bearer-token-of-32-characters!")
+    args = ["--http", "203.0.113.7:0", "--token-env", "SANDBOX_TEST_TOKEN"]
+    assert main(["serve", "--level", "process", "--tools", SERVED, *args]) == 4
+    assert "Cannot assign" in capsys.readouterr().err
