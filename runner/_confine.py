@@ -13,7 +13,8 @@ is only data) and before the program runs, in this order, each a wall of its own
    (Forking after the Start is what puts PID 1 in the cgroups and under the rlimits the
    host set up before sending it.)
 2. Landlock (:mod:`runner._landlock`): the same view again, enforced by the kernel's own
-   access checks, plus no TCP bind or connect, no signals or abstract sockets outside.
+   access checks (nothing writable can be executed), plus no TCP bind or connect, no
+   signals or abstract sockets outside.
 3. seccomp (:mod:`runner._seccomp`): the system calls a program never needs.
 
 If any wall cannot be put up, the program does not run: the runner reports the failure.

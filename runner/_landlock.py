@@ -29,9 +29,10 @@ ABI  Linux   what restrict() adds at that version
 ===  ======  ==========================================================================
 
 Read-only paths get ``EXECUTE | READ_FILE | READ_DIR``; read-write paths get every handled
-filesystem right. A rule on a file rather than a directory may only carry the rights that
-make sense for a file (execute, read, write, truncate, device ioctl), so the others are
-dropped for it. A path that does not exist is skipped: a sandbox's list of read-only paths is
+filesystem right but ``EXECUTE``: what a program can write, it cannot run (nor can a process
+it starts). A rule on a file rather than a directory may only carry the rights that make
+sense for a file (execute, read, write, truncate, device ioctl), so the others are dropped
+for it. A path that does not exist is skipped: a sandbox's list of read-only paths is
 usually written for many hosts (``/lib64`` exists on some), and a missing path grants nothing.
 
 What Landlock does not restrict (the other walls of the ``confined`` level cover these):
@@ -126,16 +127,17 @@ def restrict(
 
     Sets no_new_privs, then enforces a ruleset handling every access right the kernel's ABI
     knows (see the module docstring): files under ``read_only`` can be read and executed,
-    files under ``read_write`` can also be written, created, renamed and removed, and nothing
-    else on the filesystem can be opened. On ABI 4 and later all TCP ``bind`` and ``connect``
-    fail with ``EACCES``; on ABI 6 and later so do connections to abstract unix sockets and
-    signals to processes outside this sandbox (``EPERM``). Irreversible.
+    files under ``read_write`` can be read, written, created, renamed and removed but not
+    executed, and nothing else on the filesystem can be opened. On ABI 4 and later all TCP
+    ``bind`` and ``connect`` fail with ``EACCES``; on ABI 6 and later so do connections to
+    abstract unix sockets and signals to processes outside this sandbox (``EPERM``).
+    Irreversible.
 
     Args:
         read_only: files and directories to allow reading and executing beneath. Paths that do
             not exist are skipped.
-        read_write: files and directories to allow everything beneath. Paths that do not exist
-            are skipped.
+        read_write: files and directories to allow everything beneath but executing. Paths
+            that do not exist are skipped.
 
     Returns:
         The ABI version whose rights were handled: the kernel's, capped at :data:`KNOWN_ABI`.
@@ -181,7 +183,8 @@ def restrict(
     if ruleset < 0:
         raise _os_error("landlock_create_ruleset")
     try:
-        for paths, rights in ((read_only, _FS_READ_ONLY), (read_write, handled_fs)):
+        writable = handled_fs & ~_FS_EXECUTE
+        for paths, rights in ((read_only, _FS_READ_ONLY), (read_write, writable)):
             for path in paths:
                 _add_path_rule(libc, add_rule, ruleset, os.fspath(path), rights & handled_fs)
         if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:

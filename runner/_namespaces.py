@@ -35,6 +35,9 @@ runner starts with the standard library and msgspec alone. In order:
    middle is still alive through a pidfd opened before the fork (``getppid()`` is 0 in the
    new namespace, so it cannot tell): the host kills the middle, the kernel kills PID 1, and
    the death of PID 1 kills every process of the namespace before the middle can reap it.
+   A root caller's PID 1 then sets ``vm.memfd_noexec`` to 2 for its PID namespace (Linux
+   6.3): every memfd made below it is sealed not executable (an unprivileged caller may not
+   set it; the seccomp filter has to refuse those memfds there).
 6. **The view**, built by the child: ``/`` made recursively private; a small tmpfs mounted
    over a staging directory (one of :data:`_STAGES` that no path of the spec lives in); in
    it ``/proc`` (a fresh proc for the new PID namespace, ``subset=pid``); ``/dev``, with
@@ -770,6 +773,21 @@ def _link(root_fd: int, own: set[int], path: str, target: str) -> None:
             os.close(parent_fd)
 
 
+def _refuse_executable_memfds() -> None:
+    """Step 5b (a root caller, in PID 1): ``vm.memfd_noexec`` = 2 in the new PID namespace.
+
+    The sysctl is the PID namespace's (Linux 6.3), inherited by namespaces made below it
+    and never lowered there: every memfd the program makes is sealed not executable, and
+    asking for an executable one (``MFD_EXEC``) is refused. Writing it takes the host's
+    root, so an unprivileged caller leaves it as the host has it (see the module docstring).
+    The host's /proc is still there: the view is not built yet.
+    """
+    try:
+        _write_file("/proc/sys/vm/memfd_noexec", "2")
+    except FileNotFoundError:
+        pass  # a kernel before 6.3: no such switch
+
+
 def _make_devices(dev: str, own: set[int]) -> None:
     """/dev as a small tmpfs of the view's own, with the devices made in it (root only).
 
@@ -943,6 +961,8 @@ def enter(spec: ConfineSpec, *, detach: bool = False) -> None:
     _loopback_up()
     middle = _become_pid_one(detach=detach)
     try:
+        if plan.privileged:
+            _refuse_executable_memfds()
         _build_view(plan)
         _drop_privileges(plan)
         if middle is not None:

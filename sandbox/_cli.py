@@ -2,7 +2,8 @@
 
 Exit codes of ``sandbox run``: 0 the program succeeded; 1 the program failed; 3 a limit
 ended it (kind ``limit``); 4 the sandbox could not run it (a budget the level cannot
-enforce, a bad tools module, a spawn failure); 2 bad usage (argparse's own).
+enforce, a bad tools module, a spawn failure, a program too large for a Start frame); 2 bad
+usage (argparse's own).
 """
 
 from __future__ import annotations
@@ -338,4 +339,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     if result.ok:
         return EXIT_OK
+    if result.kind is Kind.INVALID and result.cause == "protocol":
+        return EXIT_SANDBOX  # a Start the wire cannot carry: refused, nothing ran
     return EXIT_LIMIT if result.kind is Kind.LIMIT else EXIT_FAILED

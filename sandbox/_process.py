@@ -38,6 +38,7 @@ import anyio.abc
 import msgspec
 
 from protocol import (
+    MAX_FRAME_BYTES,
     VERSION,
     ChannelClosed,
     FdChannel,
@@ -111,6 +112,23 @@ def _set_rlimits(pid: int, budget: Budget) -> None:
     resource.prlimit(pid, resource.RLIMIT_CORE, (0, 0))
 
 
+def _too_large(program: str, toolset: Toolset, level: str) -> RunResult | None:
+    """The refusal of a program (with its bindings) that no Start frame can hold, made
+    before a child is: the program as JSON is a lower bound of the frame's size."""
+    size = len(msgspec.json.encode(program)) + len(msgspec.json.encode(toolset.bindings()))
+    if size <= MAX_FRAME_BYTES:
+        return None
+    return RunResult(
+        ok=False,
+        kind=Kind.INVALID,
+        cause="protocol",
+        error=f"the program and its bindings are {size / (1 << 20):.1f} MiB as JSON, and a "
+        f"Start frame holds at most {MAX_FRAME_BYTES >> 20} MiB (MAX_FRAME_BYTES): nothing "
+        "was started",
+        level=level,
+    )
+
+
 async def run_process(
     program: str,
     toolset: Toolset,
@@ -131,6 +149,9 @@ async def run_process(
     Raises:
         SpawnFailed: the child could not be started (nothing is left behind).
     """
+    too_large = _too_large(program, toolset, "confined" if confined else "process")
+    if too_large is not None:
+        return too_large
     t0 = time.perf_counter()
     child = await acquire(spawn, confined=confined, use_cgroups=use_cgroups)
     start_ch = FdChannel(*child.start_fds)

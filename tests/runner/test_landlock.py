@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 
 from runner import _landlock
+from tests.executables import EXIT_CODE, exit_probe, needs_x86_64
 
 from .helpers import MSGSPEC_DIR, ROOT
 
@@ -361,6 +362,35 @@ def test_children_inherit_the_restriction(tree: Tree) -> None:
     results = run_child(body, read_only=tree.read_only, read_write=tree.read_write)
     assert results["fork"] == 13
     assert results["exec"] == EACCES
+
+
+@needs_x86_64
+def test_what_a_read_write_path_holds_cannot_be_executed(tree: Tree) -> None:
+    """An executable under a read-write directory (or a read-write file) runs before
+    restrict() and not after, whatever its mode and its mount; a read-only one still runs."""
+    for path in (tree.rw / "true", tree.rw_file, tree.ro / "true", tree.ro_file):
+        path.write_bytes(exit_probe())
+        path.chmod(0o755)
+    paths = {
+        "rw_dir": str(tree.rw / "true"),
+        "rw_file": str(tree.rw_file),
+        "ro_dir": str(tree.ro / "true"),
+        "ro_file": str(tree.ro_file),
+    }
+    body = f"""
+    import subprocess
+    def run(path):
+        return str(subprocess.run([path]).returncode)
+    for name, path in {paths!r}.items():
+        attempt("before_" + name, run, path)
+    restrict()
+    for name, path in {paths!r}.items():
+        attempt(name, run, path)
+    """
+    results = run_child(body, read_only=tree.read_only, read_write=tree.read_write)
+    assert {results[f"before_{name}"] for name in paths} == {str(EXIT_CODE)}
+    assert (results["rw_dir"], results["rw_file"]) == (EACCES, EACCES)
+    assert (results["ro_dir"], results["ro_file"]) == (str(EXIT_CODE), str(EXIT_CODE))
 
 
 @needs_abi(4, "TCP restrictions")

@@ -10,9 +10,7 @@ import contextlib
 import errno
 import json
 import os
-import platform
 import socket
-import struct
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -25,6 +23,7 @@ import pytest
 
 import sandbox
 from sandbox import Budget, Kind, Level, RunResult, _supervisor, _uid
+from tests.executables import EXIT_CODE, euid_probe, exit_probe, needs_x86_64
 
 pytestmark = [
     pytest.mark.anyio,
@@ -271,28 +270,6 @@ async def test_confined_refuses_to_run_without_every_wall(monkeypatch: pytest.Mo
 NOBODY = 65534
 
 
-def euid_probe() -> bytes:
-    """An executable a program can write: a 136-byte x86_64 ELF that exits with the low
-    byte of its effective uid (0: it ran as root; 254: as nobody)."""
-    code = bytes.fromhex("b86b0000000f0589c7b83c0000000f05")  # geteuid; exit(eax)
-    base = 0x400000
-    entry = base + 64 + 56
-    header = struct.pack(
-        "<4sBBBBB7xHHIQQQIHHHHHH",
-        *(b"\x7fELF", 2, 1, 1, 0, 0),  # 64-bit, little-endian, ELF version 1, System V
-        *(2, 0x3E, 1, entry, 64, 0, 0),  # executable, x86_64; the program header follows
-        *(64, 56, 1, 0, 0, 0),
-    )
-    size = 64 + 56 + len(code)
-    program = struct.pack("<IIQQQQQQ", 1, 5, 0, base, base, size, size, 0x1000)  # R+X
-    return header + program + code
-
-
-needs_x86_64 = pytest.mark.skipif(
-    platform.machine() != "x86_64", reason="the program-written executable is x86_64 code"
-)
-
-
 def run_processes_in(cwd: str) -> list[psutil.Process]:
     """The processes of the run whose working directory is ``cwd`` (as the run sees it)."""
     zygote = _supervisor.zygote_pid()
@@ -451,3 +428,104 @@ async def test_a_run_that_takes_its_per_user_quotas_leaves_the_host_and_other_ru
     assert seen["other_run"]["sigqueue"] == "ok"
     assert seen["host"]["inotify"] == "ok"
     assert seen["other_run"]["inotify"] == ("ok" if inotify_allowed else "EPERM")
+
+
+# --- executables the program writes ------------------------------------------------------
+
+#: A program that writes an executable and tries every way to run it: from its working
+#: directory, from /tmp, through the dynamic loader (which maps it rather than executing
+#: it), and as a memfd (plain, or asking for an executable one), by its /proc path and by
+#: execveat. Each outcome is ``["ran", status]`` or the errno that stopped it.
+RUN_WHAT_IT_WROTE = """
+import ctypes, errno, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+ELF = bytes.fromhex(%r)
+
+def run(argv, fd=None):
+    r, w = os.pipe2(os.O_CLOEXEC)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            if fd is None:
+                os.execv(argv[0], argv)
+            args = (ctypes.c_char_p * 2)(b"probe", None)
+            env = (ctypes.c_char_p * 1)(None)
+            libc.syscall(322, fd, b"", args, env, 0x1000)  # execveat(fd, "", AT_EMPTY_PATH)
+            code = ctypes.get_errno()
+        except OSError as exc:
+            code = exc.errno
+        os.write(w, errno.errorcode.get(code, str(code)).encode())
+        os._exit(1)
+    os.close(w)
+    why = os.read(r, 64).decode()
+    os.close(r)
+    status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    return why or ["ran", status]
+
+def written(path):
+    with open(path, "wb") as f:
+        f.write(ELF)
+    os.chmod(path, 0o755)
+    return path
+
+outcome = {}
+outcome["workdir"] = run([written(os.path.abspath("probe"))])
+outcome["tmp"] = run([written("/tmp/probe")])
+loaders = [
+    path
+    for path in (
+        "/lib64/ld-linux-x86-64.so.2",
+        "/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2",
+        "/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2",
+        "/usr/lib64/ld-linux-x86-64.so.2",
+    )
+    if os.path.exists(path)
+]
+outcome["loader"] = run([loaders[0], os.path.abspath("probe")]) if loaders else "no loader"
+for name, flags in [("memfd", 0), ("memfd_exec", 0x10)]:  # MFD_EXEC
+    try:
+        fd = os.memfd_create("probe", flags)
+    except OSError as exc:
+        outcome[name] = outcome[name + "_at"] = errno.errorcode[exc.errno]
+        continue
+    os.write(fd, ELF)
+    try:
+        os.fchmod(fd, 0o755)
+    except OSError:
+        pass  # sealed: its mode cannot be made executable
+    outcome[name] = run([f"/proc/self/fd/{fd}"])
+    outcome[name + "_at"] = run(None, fd=fd)
+    os.close(fd)
+outcome
+"""
+
+
+def memfd_noexec() -> str | None:
+    """The host's own ``vm.memfd_noexec`` (None before Linux 6.3)."""
+    try:
+        return Path("/proc/sys/vm/memfd_noexec").read_text()
+    except FileNotFoundError:
+        return None
+
+
+@needs_x86_64
+@BOTH
+async def test_nothing_the_program_writes_can_be_executed(level: Level) -> None:
+    """An executable the program writes runs at ``process`` from its working directory,
+    /tmp, through the loader and as a memfd; at ``confined``, in none of these ways (the
+    writable mounts are noexec and Landlock grants no execution there; memfds cannot be
+    made executable), while the host's own setting of memfds is left as it was."""
+    before = memfd_noexec()
+    result = await attack(RUN_WHAT_IT_WROTE % exit_probe().hex(), level)
+    outcome = result.value
+    ways = ["workdir", "tmp", "loader", "memfd", "memfd_at", "memfd_exec", "memfd_exec_at"]
+    assert sorted(outcome) == sorted(ways)
+    if level is Level.PROCESS:
+        assert outcome == {way: ["ran", EXIT_CODE] for way in ways}
+        return
+    ran = {way: how for way, how in outcome.items() if how == ["ran", EXIT_CODE]}
+    assert ran == {}
+    assert (outcome["workdir"], outcome["tmp"]) == ("EACCES", "EACCES")
+    assert outcome["loader"][0] == "ran"  # the loader runs, and cannot map the file
+    assert memfd_noexec() == before

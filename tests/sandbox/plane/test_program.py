@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from protocol import Kind
+from protocol import MAX_FRAME_BYTES, Kind
 from sandbox import Budget, confinement_gaps, plane
 
 pytestmark = pytest.mark.anyio
@@ -135,3 +135,13 @@ async def test_a_confined_program_calls_host_tools_through_the_policy() -> None:
     assert json.loads(r.text)["value"][0] == ["A", "B", "C"]
     assert r.data["value"][1].startswith("denied:")
     await ex.aclose()
+
+
+async def test_a_program_too_large_for_a_frame_is_an_error_that_names_the_limit() -> None:
+    """Not an exception group from inside the run: the tool's result says what is wrong."""
+    ex = executor()
+    big = "#" + "a" * MAX_FRAME_BYTES
+    r = await ex.call(plane.Call(tool="run_program", arguments={"code": big}))
+    await ex.aclose()
+    assert (r.is_error, r.kind) == (True, Kind.INVALID)
+    assert "16 MiB" in r.text

@@ -18,6 +18,8 @@ import psutil
 import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 
+from protocol import MAX_FRAME_BYTES
+
 from ...helpers import until
 from .http_client import INITIALIZE, SERVED
 
@@ -130,6 +132,17 @@ async def test_a_malformed_line_gets_its_error_and_a_line_on_stderr(
         # The session goes on.
         ok = await peer.request("tools/call", {"name": "lookup", "arguments": {"key": "k"}})
         assert ok["result"]["structuredContent"] == {"value": "K"}
+
+
+async def test_a_program_too_large_for_a_frame_gets_a_result_that_names_the_limit() -> None:
+    code = "#" + "a" * MAX_FRAME_BYTES
+    async with stdio_peer() as peer:
+        await peer.initialize()
+        call = {"name": "run_program", "arguments": {"code": code}}
+        answer = await peer.request("tools/call", call)
+        result = answer["result"]
+        assert result["isError"] is True
+        assert "16 MiB" in result["content"][0]["text"]
 
 
 async def test_a_malformed_notification_is_logged_and_not_answered() -> None:
