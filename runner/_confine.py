@@ -13,8 +13,8 @@ is only data) and before the program runs, in this order, each a wall of its own
    (Forking after the Start is what puts PID 1 in the cgroups and under the rlimits the
    host set up before sending it.)
 2. Landlock (:mod:`runner._landlock`): the same view again, enforced by the kernel's own
-   access checks (nothing writable can be executed), plus no TCP bind or connect, no
-   signals or abstract sockets outside.
+   access checks (nothing writable can be executed; ``/proc`` can be listed, none of its
+   files read), plus no TCP bind or connect, no signals or abstract sockets outside.
 3. seccomp (:mod:`runner._seccomp`): the system calls a program never needs.
 
 If any wall cannot be put up, the program does not run: the runner reports the failure.
@@ -102,7 +102,10 @@ def confine(request: ConfineRequest, *, detach: bool = False) -> None:
         detach=detach,
     )
     _landlock.restrict(
-        read_only=(*read_only, "/proc"),
+        read_only=read_only,
         read_write=(request.workdir, "/tmp", "/dev"),
+        # The run's processes and descriptors, and not one file: /proc/<pid>/mountinfo
+        # would show the host's devices and the host paths behind the view.
+        list_only=("/proc",),
     )
     _seccomp.install()

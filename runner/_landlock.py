@@ -30,10 +30,15 @@ ABI  Linux   what restrict() adds at that version
 
 Read-only paths get ``EXECUTE | READ_FILE | READ_DIR``; read-write paths get every handled
 filesystem right but ``EXECUTE``: what a program can write, it cannot run (nor can a process
-it starts). A rule on a file rather than a directory may only carry the rights that make
-sense for a file (execute, read, write, truncate, device ioctl), so the others are dropped
-for it. A path that does not exist is skipped: a sandbox's list of read-only paths is
-usually written for many hosts (``/lib64`` exists on some), and a missing path grants nothing.
+it starts). List-only paths get ``READ_DIR``: their directories can be listed and walked, no
+file under them can be opened (``/proc``: the run's processes and their descriptors can be
+listed, and a ``/proc/self/fd/N`` link reopens what it names, checked as that file; but no
+``/proc/<pid>`` file can be read, ``mountinfo`` among them, which names the host's devices
+and the host paths behind the view's mounts). A rule on a file rather than a directory may
+only carry the rights that make sense for a file (execute, read, write, truncate, device
+ioctl), so the others are dropped for it. A path that does not exist is skipped: a sandbox's
+list of read-only paths is usually written for many hosts (``/lib64`` exists on some), and a
+missing path grants nothing.
 
 What Landlock does not restrict (the other walls of the ``confined`` level cover these):
 ``stat``, ``chdir``, ``chmod``, ``chown``, ``utime`` and most ``ioctl``\\ s on files that can
@@ -121,7 +126,9 @@ def abi_version() -> int:
 
 
 def restrict(
-    read_only: Sequence[str | os.PathLike[str]], read_write: Sequence[str | os.PathLike[str]]
+    read_only: Sequence[str | os.PathLike[str]],
+    read_write: Sequence[str | os.PathLike[str]],
+    list_only: Sequence[str | os.PathLike[str]] = (),
 ) -> int:
     """Confine this process, and all it later starts, to the given paths; no TCP, if possible.
 
@@ -138,6 +145,8 @@ def restrict(
             not exist are skipped.
         read_write: files and directories to allow everything beneath but executing. Paths
             that do not exist are skipped.
+        list_only: directories whose directories may be listed beneath, and nothing else.
+            Paths that do not exist are skipped.
 
     Returns:
         The ABI version whose rights were handled: the kernel's, capped at :data:`KNOWN_ABI`.
@@ -150,7 +159,7 @@ def restrict(
             cannot be opened, or a Landlock call failed (the kernel's errno, with the call and
             path in the message).
     """
-    for paths in (read_only, read_write):
+    for paths in (read_only, read_write, list_only):
         if isinstance(paths, str | bytes):
             raise TypeError(f"landlock: expected a sequence of paths, got the string {paths!r}")
     kernel_abi, reason = _probe()
@@ -184,7 +193,11 @@ def restrict(
         raise _os_error("landlock_create_ruleset")
     try:
         writable = handled_fs & ~_FS_EXECUTE
-        for paths, rights in ((read_only, _FS_READ_ONLY), (read_write, writable)):
+        for paths, rights in (
+            (read_only, _FS_READ_ONLY),
+            (read_write, writable),
+            (list_only, _FS_READ_DIR),
+        ):
             for path in paths:
                 _add_path_rule(libc, add_rule, ruleset, os.fspath(path), rights & handled_fs)
         if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:

@@ -152,19 +152,26 @@ def no_new_privs():
     return str(prctl(39, 0, 0, 0, 0))  # PR_GET_NO_NEW_PRIVS
 
 
-def restrict(read_only={read_only!r}, read_write={read_write!r}):
-    RESULTS["abi"] = _landlock.restrict(read_only, read_write)
+def restrict(read_only={read_only!r}, read_write={read_write!r}, list_only={list_only!r}):
+    RESULTS["abi"] = _landlock.restrict(read_only, read_write, list_only)
 
 """
 
 
 def run_child(
-    body: str, *, read_only: Sequence[str] = (), read_write: Sequence[str] = ()
+    body: str,
+    *,
+    read_only: Sequence[str] = (),
+    read_write: Sequence[str] = (),
+    list_only: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Run ``body`` in a fresh ``python -I -S`` whose ``restrict()`` allows the given paths,
     and return the RESULTS it printed."""
     code = _PRELUDE.format(
-        path=[str(ROOT), MSGSPEC_DIR], read_only=list(read_only), read_write=list(read_write)
+        path=[str(ROOT), MSGSPEC_DIR],
+        read_only=list(read_only),
+        read_write=list(read_write),
+        list_only=list(list_only),
     )
     code += textwrap.dedent(body) + "\nprint(json.dumps(RESULTS))\n"
     proc = subprocess.run(
@@ -391,6 +398,28 @@ def test_what_a_read_write_path_holds_cannot_be_executed(tree: Tree) -> None:
     assert {results[f"before_{name}"] for name in paths} == {str(EXIT_CODE)}
     assert (results["rw_dir"], results["rw_file"]) == (EACCES, EACCES)
     assert (results["ro_dir"], results["ro_file"]) == (str(EXIT_CODE), str(EXIT_CODE))
+
+
+def test_a_list_only_path_can_be_walked_and_nothing_under_it_opened(tree: Tree) -> None:
+    """Under a list-only directory, directories can be listed (and walked), and no file can
+    be read, written or executed."""
+    (tree.ro / "sub").mkdir()
+    (tree.ro / "sub" / "deeper.txt").write_text("deeper")
+    body = f"""
+    ro = {str(tree.ro)!r}
+    restrict(read_only=[p for p in {INTERPRETER!r}], list_only=[ro])
+    attempt("list", lambda: ",".join(sorted(os.listdir(ro))))
+    attempt("list_sub", lambda: ",".join(os.listdir(os.path.join(ro, "sub"))))
+    attempt("read", read, os.path.join(ro, "data.txt"))
+    attempt("read_deeper", read, os.path.join(ro, "sub", "deeper.txt"))
+    attempt("append", append, os.path.join(ro, "data.txt"))
+    attempt("create", create, os.path.join(ro, "new.txt"))
+    """
+    results = run_child(body)
+    assert results["list"] == "data.txt,sub"
+    assert results["list_sub"] == "deeper.txt"
+    for action in ("read", "read_deeper", "append", "create"):
+        assert results[action] == EACCES, action
 
 
 @needs_abi(4, "TCP restrictions")

@@ -529,3 +529,65 @@ async def test_nothing_the_program_writes_can_be_executed(level: Level) -> None:
     assert (outcome["workdir"], outcome["tmp"]) == ("EACCES", "EACCES")
     assert outcome["loader"][0] == "ran"  # the loader runs, and cannot map the file
     assert memfd_noexec() == before
+
+
+# --- what /proc tells of the host --------------------------------------------------------
+
+#: A program that reads every per-process mount table it can name (its own, PID 1's, a
+#: thread's, a child's) and lists /proc and its own descriptors.
+READ_MOUNT_TABLES = """
+import os, time
+def read(path):
+    try:
+        with open(path, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+    except OSError as exc:
+        return exc.errno
+child = os.fork()
+if child == 0:
+    time.sleep(30)
+    os._exit(0)
+tables = {
+    path: read(path)
+    for path in (
+        "/proc/self/mountinfo", "/proc/self/mounts", "/proc/self/mountstats",
+        "/proc/1/mountinfo", "/proc/thread-self/mountinfo", f"/proc/{child}/mountinfo",
+    )
+}
+os.kill(child, 9)
+os.waitpid(child, 0)
+[tables, sorted(os.listdir("/proc/self/fd")) != [], "self" in os.listdir("/proc")]
+"""
+
+
+def host_details() -> set[str]:
+    """What the host's mount table says that a program must not learn: its block devices
+    (the sources of its mounts from /dev, and /sys/block's names), its device file
+    system, and where the repository lives."""
+    found = {"devtmpfs", str(Path(__file__).resolve().parents[2])}
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        source = line.split(" - ", 1)[1].split()[1]
+        if source.startswith("/dev/"):
+            found.add(source)
+    found.update(f"/dev/{name}" for name in os.listdir("/sys/block"))
+    return found
+
+
+@BOTH
+async def test_the_mount_tables_show_nothing_of_the_host(level: Level) -> None:
+    """The per-process mount tables (``mountinfo``, ``mounts``, ``mountstats``, of any of
+    the run's processes) name the host's block devices, its devtmpfs (its size tells the
+    host's memory) and the host paths behind the view's mounts: at ``confined`` none can be
+    read, while /proc still lists the run's processes and descriptors."""
+    details = await anyio.to_thread.run_sync(host_details)
+    result = await attack(READ_MOUNT_TABLES, level)
+    tables, has_fds, has_self = result.value
+    assert has_fds
+    assert has_self
+    text = "\n".join(table for table in tables.values() if isinstance(table, str))
+    seen = {detail for detail in details if detail in text}
+    if level is Level.PROCESS:
+        assert seen  # the host's own table, read as is
+        return
+    assert seen == set()
+    assert set(tables.values()) == {errno.EACCES}
