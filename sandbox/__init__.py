@@ -11,7 +11,7 @@ from __future__ import annotations
 from protocol import CallError, Kind
 
 from ._api import run, run_sync
-from ._budget import Budget
+from ._budget import DEFAULTS, Budget
 from ._errors import (
     BudgetError,
     BudgetUnsupported,
@@ -26,6 +26,7 @@ from ._supervisor import Pool, Spawn
 from ._tools import Tool, Toolset, tool
 
 __all__ = [
+    "DEFAULTS",
     "Budget",
     "BudgetError",
     "BudgetUnsupported",

@@ -10,7 +10,7 @@ import anyio
 from ._budget import Budget
 from ._errors import ConfinementUnavailable
 from ._inprocess import run_in_process
-from ._levels import Level, cgroups_usable, check_budget, confinement_gaps
+from ._levels import Level, applied_budget, cgroups_usable, confinement_gaps
 from ._process import run_process
 from ._result import RunResult
 from ._supervisor import Pool, Spawn
@@ -64,8 +64,7 @@ async def run(
         spawn = _DEFAULT_SPAWN
     elif not isinstance(spawn, Pool):
         spawn = Spawn(spawn)
-    budget = budget or Budget()
-    check_budget(level, budget)
+    budget = applied_budget(level, budget or Budget())
     toolset = tools if isinstance(tools, Toolset) else Toolset(tools)
     if level is Level.IN_PROCESS:
         if stack_on_timeout:

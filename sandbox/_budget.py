@@ -3,19 +3,35 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Container, Mapping
 from typing import Final, final
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 from protocol import DEFAULT_MAX_INFLIGHT
 
 from ._errors import BudgetError
 
-__all__ = ["DEFAULT_OUTPUT_BYTES", "Budget"]
+__all__ = ["DEFAULTS", "DEFAULT_OUTPUT_BYTES", "UNSET", "Budget", "given"]
 
 #: Default cap on each of stdout and stderr kept from a run: enough for any log a person
 #: reads, small enough that a program printing in a loop costs the host 1 MiB, not gigabytes.
 DEFAULT_OUTPUT_BYTES: Final = 1 << 20
+
+#: The safe default of each item that has one. An item left :data:`UNSET` takes its
+#: default wherever the level can enforce it on this host, and is not applied where it
+#: cannot (:meth:`Budget.applied`); ``None`` lifts it explicitly.
+DEFAULTS: Final[Mapping[str, int | float]] = {
+    # Processes and threads at once: room for thread pools and a few worker processes,
+    # not for a fork bomb.
+    "max_processes": 256,
+}
+
+
+def given(value: int | UnsetType | None) -> int | None:
+    """An applied item's limit: ``None`` for no limit (an item never left unset)."""
+    return None if value is UNSET else value
 
 
 @final
@@ -23,7 +39,9 @@ class Budget(msgspec.Struct, frozen=True, kw_only=True):
     """Limits for one run. ``None`` (or 0 for counts) means "not asked for".
 
     An item that is asked for and that the level cannot enforce on this host makes the run
-    refuse to start (:class:`~sandbox.BudgetUnsupported`): never silently ignored.
+    refuse to start (:class:`~sandbox.BudgetUnsupported`): never silently ignored. An item
+    with a safe default (:data:`DEFAULTS`) is :data:`UNSET` until given: it then has its
+    default where the level can enforce it, and ``None`` lifts it.
 
     Attributes:
         wall_clock: seconds the whole run may take; the child is killed at the limit.
@@ -35,8 +53,11 @@ class Budget(msgspec.Struct, frozen=True, kw_only=True):
         max_cpu: seconds of CPU time the program may use.
         max_output: bytes of stdout, and of stderr, kept; the rest is counted and dropped.
         max_file_size: the largest file the program may write, in bytes.
-        max_open_files: descriptors the program may hold open.
-        max_processes: processes (and threads) the program may run at once.
+        max_open_files_per_process: descriptors each process of the program may hold open
+            (an rlimit: the kernel has no count of descriptors for a whole run, so a run of
+            N processes may hold N times as many).
+        max_processes: processes (and threads) the program may run at once; by default
+            256 where the level can enforce it; ``None`` for no limit.
     """
 
     wall_clock: float | None = None
@@ -48,8 +69,8 @@ class Budget(msgspec.Struct, frozen=True, kw_only=True):
     max_cpu: float | None = None
     max_output: int = DEFAULT_OUTPUT_BYTES
     max_file_size: int | None = None
-    max_open_files: int | None = None
-    max_processes: int | None = None
+    max_open_files_per_process: int | None = None
+    max_processes: int | UnsetType | None = UNSET
 
     def __post_init__(self) -> None:
         for name in ("wall_clock", "max_call_deadline", "max_cpu"):
@@ -63,12 +84,20 @@ class Budget(msgspec.Struct, frozen=True, kw_only=True):
             raise BudgetError(f"max_inflight must be >= 1, got {self.max_inflight}")
         if self.max_output < 0:
             raise BudgetError(f"max_output must be >= 0, got {self.max_output}")
-        for name in ("max_memory", "max_file_size", "max_open_files", "max_processes"):
+        for name in (
+            "max_memory",
+            "max_file_size",
+            "max_open_files_per_process",
+            "max_processes",
+        ):
             value = getattr(self, name)
-            if value is not None and value < 1:
+            if value is not None and value is not UNSET and value < 1:
                 raise BudgetError(f"{name} must be >= 1, got {value}")
-        if self.max_open_files is not None and self.max_open_files < 16:
-            raise BudgetError("max_open_files must be >= 16: the runner itself needs a few")
+        files = self.max_open_files_per_process
+        if files is not None and files < 16:
+            raise BudgetError(
+                "max_open_files_per_process must be >= 16: the runner itself needs a few"
+            )
 
     def asked(self) -> list[str]:
         """The items that are asked for, by name (the ones a level must be able to enforce)."""
@@ -80,10 +109,20 @@ class Budget(msgspec.Struct, frozen=True, kw_only=True):
                 "max_memory",
                 "max_cpu",
                 "max_file_size",
-                "max_open_files",
+                "max_open_files_per_process",
                 "max_processes",
             )
-            if getattr(self, name) is not None
+            if getattr(self, name) not in (None, UNSET)
         ]
         items.extend(name for name in ("max_calls", "max_bytes") if getattr(self, name))
         return items
+
+    def applied(self, enforceable: Container[str]) -> Budget:
+        """This budget as a level applies it: each item left unset takes its default if the
+        level can enforce that item here (``enforceable``), and no limit otherwise."""
+        changes = {
+            name: default if name in enforceable else None
+            for name, default in DEFAULTS.items()
+            if getattr(self, name) is UNSET
+        }
+        return msgspec.structs.replace(self, **changes) if changes else self

@@ -18,6 +18,7 @@ from types import ModuleType
 from typing import Any
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 from protocol import Kind
 
@@ -224,7 +225,13 @@ def budget_options(p: argparse.ArgumentParser, *, default_timeout: str) -> None:
     p.add_argument("--call-timeout", type=float, default=None, help="seconds one call may take")
     p.add_argument("--max-memory", type=_size, default=None, help="memory, e.g. 256M")
     p.add_argument("--max-cpu", type=float, default=None, help="CPU seconds")
-    p.add_argument("--max-processes", type=int, default=None, help="processes at once")
+    p.add_argument(
+        "--max-processes",
+        type=int,
+        default=None,
+        help="processes and threads at once (default: 256 where the level can enforce it; "
+        "0: no limit)",
+    )
     p.add_argument("--max-output", type=_size, default=1 << 20, help="stdout/stderr kept, each")
     p.add_argument(
         "--tools",
@@ -248,9 +255,16 @@ def budget_from(args: argparse.Namespace) -> Budget:
         max_call_deadline=args.call_timeout,
         max_memory=args.max_memory,
         max_cpu=args.max_cpu,
-        max_processes=args.max_processes,
+        max_processes=_lifted_at_zero(args.max_processes),
         max_output=args.max_output,
     )
+
+
+def _lifted_at_zero(value: int | None) -> int | UnsetType | None:
+    """An option whose default is the budget's own (unset), and whose 0 lifts the limit."""
+    if value is None:
+        return UNSET
+    return None if value == 0 else value
 
 
 def _bench(study_args: Sequence[str]) -> int:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import enum
 import functools
 
-from ._budget import Budget
+from ._budget import DEFAULTS, Budget
 from ._errors import BudgetUnsupported
 from ._reaper import cgroup_support
 
 __all__ = [
     "Level",
+    "applied_budget",
     "cgroups_usable",
     "check_budget",
     "confinement_gaps",
@@ -46,7 +47,7 @@ _PROCESS_ONLY = (
     "max_memory",
     "max_cpu",
     "max_file_size",
-    "max_open_files",
+    "max_open_files_per_process",
     "max_processes",
 )
 
@@ -84,6 +85,18 @@ def check_budget(level: Level, budget: Budget) -> None:
     missing = [item for item in budget.asked() if item in gaps and item not in _CALL_ITEMS]
     if missing:
         raise BudgetUnsupported(level.value, missing, gaps)
+
+
+def applied_budget(level: Level, budget: Budget) -> Budget:
+    """``budget`` as ``level`` applies it here: refused if it asks for an item the level
+    cannot enforce; each item left unset with its default where the level can enforce it.
+
+    Raises:
+        BudgetUnsupported: naming each item asked for that the level cannot enforce.
+    """
+    check_budget(level, budget)
+    gaps = unenforceable(level)
+    return budget.applied({name for name in DEFAULTS if name not in gaps})
 
 
 @functools.cache

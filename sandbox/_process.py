@@ -52,9 +52,9 @@ from protocol import (
     Starter,
 )
 
-from ._budget import Budget
+from ._budget import Budget, given
 from ._errors import SpawnFailed
-from ._reaper import kill_tree
+from ._reaper import CgroupSet, kill_tree
 from ._result import RunResult, program_failure
 from ._stack import python_stack
 from ._supervisor import Child, Pool, Spawn, acquire
@@ -69,6 +69,9 @@ _GRACE: Final = 0.5
 #: The longest the end of a run may take (killing, reaping, removing); it is shielded from
 #: cancellation, so it needs a deadline of its own.
 _CLEANUP_DEADLINE: Final = 10.0
+#: CPU time (all CPUs together) the run may use past ``max_cpu`` before it is killed: the
+#: CPU watcher's shortest sleep, times the number of CPUs.
+_CPU_SLACK: Final = 0.02
 #: The runner's exit status when it could not put up the confined level's walls.
 _EXIT_NOT_CONFINED: Final = 4
 
@@ -100,14 +103,16 @@ class _Output:
         return self.total > len(self.data)
 
 
-def _set_rlimits(pid: int, budget: Budget) -> None:
+def _set_rlimits(pid: int, budget: Budget, *, cpu_watched: bool) -> None:
     if budget.max_cpu is not None:
-        soft = math.ceil(budget.max_cpu)
+        # Whole seconds, per process: the limit itself where the run's CPU time cannot be
+        # watched; else only a backstop, past the point where the watcher kills the run.
+        soft = math.ceil(budget.max_cpu) + (1 if cpu_watched else 0)
         resource.prlimit(pid, resource.RLIMIT_CPU, (soft, soft + 1))
     if budget.max_file_size is not None:
         resource.prlimit(pid, resource.RLIMIT_FSIZE, (budget.max_file_size,) * 2)
-    if budget.max_open_files is not None:
-        resource.prlimit(pid, resource.RLIMIT_NOFILE, (budget.max_open_files,) * 2)
+    if budget.max_open_files_per_process is not None:
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (budget.max_open_files_per_process,) * 2)
     # A core dump of a killed program is host disk the program did not ask for.
     resource.prlimit(pid, resource.RLIMIT_CORE, (0, 0))
 
@@ -183,6 +188,15 @@ async def run_process(
             child.refill()
 
 
+async def _until_empty(cgroups: CgroupSet, seconds: float) -> None:
+    """Poll (there is nothing to wait on in cgroup v1) until ``cgroups`` hold no process."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not cgroups.pids():
+            return
+        await anyio.sleep(0.001)
+
+
 class _Run:
     """The state of one process-level run, from its child's request to its reaping."""
 
@@ -200,6 +214,8 @@ class _Run:
         self.pids_hit = False
         self.peak_memory: int | None = None
         self.stack_wanted = False
+        self.cpu_hit = False  # the CPU watcher ended the run
+        self.cpu_used: float | None = None  # the run's CPU time, from its cgroup
         self.stack: str | None = None
         self.stack_error: str | None = None
 
@@ -216,9 +232,9 @@ class _Run:
         """
         budget = self.budget
         if self.cgroups is not None:
-            self.cgroups.set_limits(memory=budget.max_memory, pids=budget.max_processes)
+            self.cgroups.set_limits(memory=budget.max_memory, pids=given(budget.max_processes))
         for pid in self._runner_pids():
-            _set_rlimits(pid, budget)
+            _set_rlimits(pid, budget, cpu_watched=self._cpu_watched())
 
     async def refused(self, reason: str, out_ch: FdChannel, err_ch: FdChannel) -> RunResult:
         """The result of a run whose child could not be made ready (no Start was sent)."""
@@ -303,6 +319,8 @@ class _Run:
             tg.start_soon(drain, stdout, out_ch)
             tg.start_soon(drain, stderr, err_ch)
             tg.start_soon(serve)
+            if budget.max_cpu is not None and self._cpu_watched():
+                tg.start_soon(self.watch_cpu, budget.max_cpu, run_scope)
             with run_scope, anyio.move_on_after(budget.wall_clock or math.inf) as wall:
                 try:
                     result = await Starter(start_ch).start(start)
@@ -322,6 +340,12 @@ class _Run:
                 )
                 if self.stack_wanted:
                     self.stack, self.stack_error = await python_stack(self._program_pid())
+            elif self.cpu_hit and result is None:
+                failure = (
+                    Kind.LIMIT,
+                    "cpu",
+                    f"CPU limit of {budget.max_cpu} s reached; the run was killed",
+                )
             # The run is over: stop everything, then let the drains see EOF.
             call_ch.close()
             with anyio.CancelScope(shield=True):
@@ -440,9 +464,37 @@ class _Run:
             return None
         return os.WTERMSIG(self.status)
 
+    def _cpu_watched(self) -> bool:
+        """Whether the run's CPU time, all its processes together, can be read as it runs."""
+        return self.cgroups is not None and "cpuacct" in self.cgroups.dirs
+
     def _cpu_time(self) -> float | None:
+        if self.cpu_used is not None:
+            return self.cpu_used
         exited = self.child.exited
         return None if exited is None else exited.utime + exited.stime
+
+    async def watch_cpu(self, limit: float, stop: anyio.CancelScope) -> None:
+        """End the run (``stop``) once its processes together have used ``limit`` CPU
+        seconds.
+
+        The run cannot use more than one CPU second per CPU per second, so the watcher
+        sleeps until the soonest moment the limit could be reached: a handful of reads of
+        the cgroup's counter in all, however long the run, and the kill lands within
+        :data:`_CPU_SLACK` of CPU time past the limit (more only if the host itself is
+        starved: the runs' CPU share keeps it from being).
+        """
+        assert self.cgroups is not None
+        cpus = os.cpu_count() or 1
+        while True:
+            used = self.cgroups.cpu_time()
+            if used is None:
+                return
+            if used >= limit:
+                self.cpu_hit = True
+                stop.cancel()
+                return
+            await anyio.sleep(max((limit - used) / cpus, _CPU_SLACK / cpus))
 
     def _signal_runner(self, sig: signal.Signals) -> None:
         if self.child.pidfd is not None:
@@ -464,8 +516,11 @@ class _Run:
         child = self.child
         try:
             # 1. Everything the program started dies at once, while the runner (their
-            #    subreaper) still holds the tree together.
-            self._kill_all(spare=self._runner_pids())
+            #    subreaper) still holds the tree together. A run that did not answer gets
+            #    no more say: with cgroups, which find every process of the run whatever
+            #    its parent, the runner goes in the same pass.
+            spare = frozenset() if not answered and self.cgroups else self._runner_pids()
+            self._kill_all(spare=spare)
             self.start_ch.close()  # the runner may go now
             # 2. The runner: after a Result it exits by itself once it reads EOF on the
             #    start channel (closed just now); otherwise, or if something holds it up
@@ -483,8 +538,14 @@ class _Run:
             if child.exited is None and not child.zygote_lost and child.pid is not None:
                 # The zygote reports the status right after it reaps: worth a short wait.
                 await child.wait_exit(_GRACE)
+            # 4. With cgroups, every process of the run is listed until it is reaped: the
+            #    run is over once none is (a process that outlived the runner by a moment,
+            #    killed in the same pass, is reaped by the zygote a moment later).
+            if self.cgroups is not None:
+                await _until_empty(self.cgroups, _CLEANUP_DEADLINE)
         finally:
             if self.cgroups is not None:
+                self.cpu_used = self.cgroups.cpu_time()
                 self.memory_hit = self.cgroups.memory_exceeded()
                 self.pids_hit = self.cgroups.pids_exceeded()
                 self.peak_memory = self.cgroups.memory_peak()

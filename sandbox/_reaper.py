@@ -43,6 +43,17 @@ __all__ = [
 
 _CGROUP_ROOT: Final = Path("/sys/fs/cgroup")
 _CONTROLLERS: Final = ("pids", "freezer", "memory")
+#: Per-run cgroups made where the hierarchy exists, not required: ``cpuacct`` for the CPU
+#: time of the whole run (``max_cpu`` then holds across every process of the run, fractions
+#: included), ``cpu`` for the runs' share of the CPU (below).
+_OPTIONAL: Final = ("cpuacct", "cpu")
+#: The runs' share of the CPU against the host's own tasks when both want it: every run's
+#: processes together weigh as much as one of the host's (``cpu.shares`` of the parent of
+#: the runs' ``cpu`` cgroups, where 1024 is a task's weight). CFS gives an idle CPU to
+#: whoever wants it, so runs lose nothing while the host is idle; but a run that keeps
+#: every CPU busy (a fork bomb) cannot starve the host, whose timers (the wall clock) then
+#: still fire on time.
+_RUNS_CPU_SHARES: Final = 1024
 
 
 def _own_cgroup(controller: str) -> Path | None:
@@ -85,6 +96,13 @@ def cgroup_support() -> dict[str, str | None]:
     return out
 
 
+def _prepare_base(controller: str, base: Path) -> None:
+    """Make the parent of the runs' cgroups in one hierarchy (weighted, for ``cpu``)."""
+    base.mkdir(exist_ok=True)
+    if controller == "cpu":
+        (base / "cpu.shares").write_text(str(_RUNS_CPU_SHARES))
+
+
 class CgroupSet:
     """One run's cgroups, one per controller. Use :meth:`create`; always :meth:`remove`."""
 
@@ -101,11 +119,13 @@ class CgroupSet:
         dirs: dict[str, Path] = {}
         made = cls(dirs)
         try:
-            for controller in _CONTROLLERS:
+            for controller in (*_CONTROLLERS, *_OPTIONAL):
                 base = _base(controller)
                 if base is None:
+                    if controller in _OPTIONAL:
+                        continue
                     raise OSError(errno.ENOENT, f"no {controller} cgroup hierarchy")
-                base.mkdir(exist_ok=True)
+                _prepare_base(controller, base)
                 path = base / name
                 path.mkdir()
                 dirs[controller] = path
@@ -140,6 +160,12 @@ class CgroupSet:
         for path in self.dirs.values():
             (path / "cgroup.procs").write_text(str(pid))
 
+    def cpu_time(self) -> float | None:
+        """CPU seconds used by every process of the run so far (and by those gone), where
+        the set has a ``cpuacct`` cgroup."""
+        usage = self._read_int("cpuacct", "cpuacct.usage")
+        return None if usage is None else usage / 1e9
+
     def pids(self) -> set[int]:
         """Every process in the run's cgroups now.
 
@@ -159,16 +185,28 @@ class CgroupSet:
     def kill_all(self, *, spare: frozenset[int] = frozenset(), timeout: float = 5.0) -> set[int]:
         """Kill every member (but ``spare``) until none is left; return the pids killed.
 
-        Each pass freezes the cgroups (nothing in them can fork, exit or run), lists the
-        members, sends SIGKILL to them, and thaws so that the kills land; the zygote and
-        the runner (subreapers) reap them. A set that holds nothing but ``spare`` is
-        left alone: nothing in it could fork, so there is nothing to freeze.
+        With nothing spared, passes of SIGKILL until a pass finds no member it has not
+        signalled already: a process with SIGKILL pending cannot fork, so only a child
+        whose fork was under way when its parent was signalled can appear after a pass,
+        and the next pass gets it (a second pass always follows, after a millisecond, to
+        find such children). No freezing: freezing a cgroup of a few hundred busy
+        processes on a loaded machine takes hundreds of milliseconds; this takes a few.
+
+        With ``spare`` (a runner that must outlive the others for now), each pass freezes
+        the cgroups (nothing in them can fork, exit or run, the spared ones included),
+        lists the members, sends SIGKILL to them, and thaws so that the kills land. A set
+        that holds nothing but ``spare`` is left alone: nothing in it could fork, so there
+        is nothing to freeze.
+
+        The zygote and the runner (subreapers) reap them.
         """
         members = self.pids() - spare
         if not members:
             # Nothing to kill, and nothing that could fork but ``spare`` itself: no need
             # to freeze (which costs milliseconds).
             return set()
+        if not spare:
+            return self._kill_unfrozen(members, timeout)
         freezer = self.dirs.get("freezer")
         state = None if freezer is None else freezer / "freezer.state"
         found: set[int] = set()
@@ -182,9 +220,7 @@ class CgroupSet:
             members = self.pids()
             members -= spare
             found |= members
-            for pid in members:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
+            _kill(members)
             if state is not None:
                 with contextlib.suppress(OSError):
                     state.write_text("THAWED")
@@ -192,6 +228,17 @@ class CgroupSet:
                 found -= spare
                 return found
             time.sleep(0.001)
+
+    def _kill_unfrozen(self, members: set[int], timeout: float) -> set[int]:
+        signalled: set[int] = set()
+        deadline = time.monotonic() + timeout
+        new = members
+        while new and time.monotonic() < deadline:
+            _kill(new)
+            signalled |= new
+            time.sleep(0.001)  # time for a fork under way to list its child
+            new = self.pids() - signalled
+        return signalled
 
     def memory_peak(self) -> int | None:
         """The most memory the run's processes used at once, in bytes."""
@@ -240,6 +287,12 @@ class CgroupSet:
                 except OSError:
                     time.sleep(0.01)  # members still exiting
         self.dirs = {}
+
+
+def _kill(pids: set[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def kill_tree(root: int, timeout: float = 5.0) -> set[int]:

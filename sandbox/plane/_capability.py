@@ -24,8 +24,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final, final
 
 import msgspec
+from msgspec import UNSET
 
-from .._budget import Budget
+from .._budget import DEFAULTS, Budget
 from ._errors import (
     BadCapability,
     FactsMismatch,
@@ -111,15 +112,17 @@ def cap_budget(asked: Budget | None, ceilings: Budget) -> Budget:
     if asked is None:
         return ceilings
 
-    def least(a: Any, c: Any) -> Any:
+    def least(f: str, a: Any, c: Any) -> Any:
+        if c is UNSET:  # the ceiling is the item's default, where the level applies it
+            return UNSET if a is None or a is UNSET else min(a, DEFAULTS[f])
         if c is None or c == 0:  # no ceiling on this item: the session's ask stands
             return a
-        if a is None or a == 0:
+        if a is None or a is UNSET or a == 0:
             return c
         return min(a, c)
 
     items = {
-        f: least(getattr(asked, f), getattr(ceilings, f))
+        f: least(f, getattr(asked, f), getattr(ceilings, f))
         for f in Budget.__struct_fields__
         if f not in ("max_inflight", "max_output")
     }

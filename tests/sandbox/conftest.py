@@ -14,7 +14,7 @@ import pytest
 
 from runner._zygote import CGROUP_PREFIX
 from sandbox import Pool, Spawn, _api, _supervisor
-from sandbox._reaper import _CONTROLLERS, _base
+from sandbox._reaper import _CONTROLLERS, _OPTIONAL, _base
 
 SPAWN_MODES = [Spawn.COLD, Spawn.ZYGOTE, Spawn.POOL]
 
@@ -84,7 +84,7 @@ def run_cgroups() -> set[Path]:
     """This host's per-run cgroup directories that exist now, under every controller (not
     a pool's idle child's)."""
     found: set[Path] = set()
-    for controller in _CONTROLLERS:
+    for controller in (*_CONTROLLERS, *_OPTIONAL):
         base = _base(controller)
         if base is not None and base.is_dir():
             found.update(base.glob(f"{CGROUP_PREFIX}{os.getpid()}-*"))

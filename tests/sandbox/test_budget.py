@@ -130,8 +130,8 @@ outcome
     assert result.value == errno.EFBIG
 
 
-async def test_max_open_files() -> None:
-    """Opening descriptors past max_open_files fails in the program (EMFILE)."""
+async def test_max_open_files_per_process() -> None:
+    """Opening descriptors past max_open_files_per_process fails in the program (EMFILE)."""
     program = """
 import os
 fds = []
@@ -142,7 +142,7 @@ except OSError as exc:
     outcome = [exc.errno, len(fds) < 64]
 outcome
 """
-    result = await sandbox.run(program, budget=Budget(max_open_files=64))
+    result = await sandbox.run(program, budget=Budget(max_open_files_per_process=64))
     assert result.ok, result.error
     import errno
 
@@ -162,7 +162,7 @@ def test_impossible_budgets_are_refused_when_built() -> None:
         {"max_memory": 0},
         {"max_cpu": 0},
         {"max_output": -1},
-        {"max_open_files": 3},
+        {"max_open_files_per_process": 3},
         {"max_processes": 0},
     ):
         with pytest.raises(BudgetError):
@@ -247,7 +247,13 @@ out
 
 async def test_in_process_refuses_what_only_a_process_can_enforce() -> None:
     """in_process cannot stop a thread or cap its memory: those items are refused."""
-    for item in ("wall_clock", "max_memory", "max_cpu", "max_processes", "max_open_files"):
+    for item in (
+        "wall_clock",
+        "max_memory",
+        "max_cpu",
+        "max_processes",
+        "max_open_files_per_process",
+    ):
         with pytest.raises(BudgetUnsupported, match=item):
             await sandbox.run("1", budget=Budget(**{item: 64}), level=Level.IN_PROCESS)
 

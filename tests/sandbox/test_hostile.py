@@ -8,7 +8,7 @@ import psutil
 import pytest
 
 import sandbox
-from sandbox import Budget, Kind, Level, RunResult
+from sandbox import Budget, Kind, Level, RunResult, _levels, _reaper
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("spawn")]
 
@@ -33,6 +33,10 @@ async def run_hostile(name: str, level: Level, **budget: object) -> RunResult:
     return await sandbox.run(program, tools=[echo], budget=Budget(**budget), level=level)  # type: ignore[arg-type]
 
 
+async def run_hostile_source(program: str, level: Level, **budget: object) -> RunResult:
+    return await sandbox.run(program, budget=Budget(**budget), level=level)  # type: ignore[arg-type]
+
+
 needs_cgroups = pytest.mark.skipif(
     "max_processes" in sandbox.unenforceable(Level.PROCESS),
     reason=sandbox.unenforceable(Level.PROCESS).get("max_processes", ""),
@@ -45,6 +49,53 @@ async def test_fork_bomb(level: Level) -> None:
     result = await run_hostile("fork_bomb", level, wall_clock=2.0, max_processes=32)
     assert not result.ok
     assert (result.kind, result.cause) == (Kind.LIMIT, "wall_clock")
+
+
+#: Forks children that stay alive until no fork succeeds; its value is how many it made.
+COUNT_FORKS = """
+import os, time
+made = 0
+while made < 100_000:
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        time.sleep(600)
+        os._exit(0)
+    made += 1
+made
+"""
+
+
+@needs_cgroups
+@pytest.mark.parametrize("cap", [None, 40])
+async def test_processes_are_held_at_the_cap(level: Level, cap: int | None) -> None:
+    """The run never has more processes at once than ``max_processes`` (by default 256):
+    a program forking children that stay alive is refused its next fork right there."""
+    budget = {"wall_clock": 30.0} if cap is None else {"wall_clock": 30.0, "max_processes": cap}
+    result = await run_hostile_source(COUNT_FORKS, level, **budget)
+    assert result.ok, result.error
+    limit = sandbox.DEFAULTS["max_processes"] if cap is None else cap
+    # The runner and its threads are counted too: a few below the cap, never above.
+    assert limit - 8 <= result.value < limit
+
+
+@needs_cgroups
+async def test_the_default_process_limit_can_be_lifted(level: Level) -> None:
+    """``max_processes=None`` lifts the default: the same program makes more than 256."""
+    program = COUNT_FORKS.replace("100_000", "300")
+    result = await run_hostile_source(program, level, wall_clock=30.0, max_processes=None)
+    assert (result.ok, result.value) == (True, 300), result.error
+
+
+@needs_cgroups
+async def test_fork_bomb_under_the_default_budget_ends_at_the_wall_clock(level: Level) -> None:
+    """With no process limit asked for, a fork bomb is held by the default one, and the
+    run ends at its wall clock (a second of margin for a loaded machine)."""
+    result = await run_hostile("fork_bomb", level, wall_clock=2.0)
+    assert (result.kind, result.cause) == (Kind.LIMIT, "wall_clock")
+    assert result.wall_time < 2.0 + 1.0
 
 
 async def test_ignores_sigterm(level: Level) -> None:
@@ -123,9 +174,37 @@ async def test_lies_in_result(level: Level) -> None:
     assert (result.calls, result.bytes) == (1, len('{"n":1}'))
 
 
-async def test_cpu_limit(level: Level) -> None:
-    """A program that spins past max_cpu is ended with `limit`, cause cpu."""
-    result = await sandbox.run(
-        "while True: pass", budget=Budget(wall_clock=30.0, max_cpu=1.0), level=level
-    )
+#: Three forked workers spinning, and the program waiting for them.
+SPINNING_WORKERS = """
+import os
+for _ in range(3):
+    if os.fork() == 0:
+        while True:
+            pass
+os.wait()
+"""
+
+
+def _cpuacct() -> bool:
+    return _reaper._base("cpuacct") is not None and _levels.cgroups_usable()
+
+
+@pytest.mark.parametrize(
+    ("program", "limit"),
+    [
+        ("while True: pass", 1.0),
+        ("while True: pass", 0.5),
+        (SPINNING_WORKERS, 1.0),
+    ],
+    ids=["spin-1s", "spin-half-second", "three-forked-workers"],
+)
+async def test_cpu_limit_holds_for_the_whole_run(level: Level, program: str, limit: float) -> None:
+    """``max_cpu`` is CPU time for the whole run, all its processes together, fractions
+    included: the run is ended with `limit`, cause cpu, having used the limit and at most
+    0.1 s more (the CPU measured, not only the cause)."""
+    if not _cpuacct():
+        pytest.skip("no cpuacct cgroup hierarchy here: max_cpu is per process")
+    result = await sandbox.run(program, budget=Budget(wall_clock=30.0, max_cpu=limit), level=level)
     assert (result.kind, result.cause) == (Kind.LIMIT, "cpu"), result.error
+    assert result.cpu_time is not None
+    assert limit <= result.cpu_time <= limit + 0.1
