@@ -96,6 +96,9 @@ class CallStats(msgspec.Struct, frozen=True, kw_only=True):
         refused: calls answered ``limit`` by the accounting: over the in-flight cap or a
             quota, or a result withheld for the byte quota or the frame cap.
         expired: calls answered ``transient`` because their deadline passed.
+        limited: calls answered ``limit`` in all: those refused, and those whose handler
+            failed with ``limit`` (so the parent knows, without the child's word, whether
+            a limit of its own ever stopped a call).
     """
 
     calls: int
@@ -104,6 +107,7 @@ class CallStats(msgspec.Struct, frozen=True, kw_only=True):
     peak_inflight: int
     refused: int
     expired: int
+    limited: int = 0
 
 
 class ServerCore:
@@ -126,6 +130,7 @@ class ServerCore:
         "_deadlines",
         "_decoder",
         "_expired",
+        "_handler_limits",
         "_inflight",
         "_max_bytes",
         "_max_calls",
@@ -170,6 +175,7 @@ class ServerCore:
         self._peak = 0
         self._refused = 0
         self._expired = 0
+        self._handler_limits = 0
 
     # -- reading ------------------------------------------------------------------
 
@@ -270,6 +276,8 @@ class ServerCore:
         """The handler failed: the frame to send, or None if the call was already settled."""
         if self._inflight.pop(call_id, _GONE) is _GONE:
             return None
+        if kind is Kind.LIMIT:
+            self._handler_limits += 1
         return self._failure(call_id, kind, error)
 
     def _failure(self, call_id: str, kind: Kind, error: str) -> bytearray:
@@ -343,6 +351,7 @@ class ServerCore:
             peak_inflight=self._peak,
             refused=self._refused,
             expired=self._expired,
+            limited=self._refused + self._handler_limits,
         )
 
 

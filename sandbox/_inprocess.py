@@ -85,5 +85,7 @@ async def run_in_process(program: str, toolset: Toolset, budget: Budget) -> RunR
     )
     replace = msgspec.structs.replace
     if not outcome.ok:
-        return replace(base, **program_failure(outcome.kind, outcome.error, outcome.value))
+        limit_seen = stats.limited > 0
+        fields = program_failure(outcome.kind, outcome.error, outcome.value, limit_seen=limit_seen)
+        return replace(base, **fields)
     return replace(base, ok=True, value=msgspec.json.decode(outcome.value))

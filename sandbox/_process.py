@@ -388,7 +388,10 @@ class _Run:
             return replace(base, kind=kind, cause=cause, error=error)
         assert result is not None
         if not result.ok:
-            fields = program_failure(result.kind, result.error, result.value)
+            limit_seen = stats.limited > 0 or self.memory_hit or self.pids_hit
+            fields = program_failure(
+                result.kind, result.error, result.value, limit_seen=limit_seen
+            )
             if fields["kind"] is Kind.LIMIT and self.memory_hit:
                 fields["cause"] = "memory"
             if self._exit_code() == _EXIT_NOT_CONFINED:

@@ -72,12 +72,22 @@ class RunResult(msgspec.Struct, frozen=True, kw_only=True):
     stack_error: str | None = None
 
 
-def program_failure(kind: Kind | None, error: str, value: str) -> dict[str, Any]:
+def program_failure(
+    kind: Kind | None, error: str, value: str, *, limit_seen: bool
+) -> dict[str, Any]:
     """The fields of a :class:`RunResult` for a run whose program failed by itself.
 
     ``value`` is the failure's data as the runner sent it (JSON text, or empty): the Python
     backend sends the code of a program that exited, which makes the cause ``exit``.
+
+    The parent decides what was a limit, from what it saw itself (``limit_seen``: a call
+    it answered ``limit``, its memory or process cgroup at its limit), never from the
+    child's word: a child that reports ``limit`` otherwise (a program that raised
+    ``MemoryError`` with memory to spare) failed by itself, kind ``raised``.
     """
+    if kind is Kind.LIMIT and not limit_seen:
+        kind = Kind.RAISED
+        error = f"(the child reported a limit, but none of the run's limits was reached)\n{error}"
     fields: dict[str, Any] = {"kind": kind or Kind.UNKNOWN, "cause": "program", "error": error}
     if value:
         try:

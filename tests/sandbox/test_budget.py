@@ -245,6 +245,24 @@ out
     assert "not JSON" in m2
 
 
+async def test_in_process_a_memory_error_is_the_programs_own_failure() -> None:
+    """in_process sets no memory limit: a MemoryError there is not reported as one."""
+    result = await sandbox.run("raise MemoryError", level=Level.IN_PROCESS)
+    assert (result.ok, result.kind, result.cause) == (False, Kind.RAISED, "program")
+
+
+@levels
+async def test_a_limit_a_tool_answers_is_believed(level: Level) -> None:
+    """A call the parent answered `limit` (a tool's own limit, here) that the program lets
+    escape fails the run as `limit`: the parent saw it."""
+
+    def rate_limited() -> None:
+        raise sandbox.CallError(Kind.LIMIT, "rate limit of this tool")
+
+    result = await sandbox.run("host.rate_limited()", tools=[rate_limited], level=level)
+    assert (result.ok, result.kind) == (False, Kind.LIMIT), result.error
+
+
 async def test_in_process_refuses_what_only_a_process_can_enforce() -> None:
     """in_process cannot stop a thread or cap its memory: those items are refused."""
     for item in (

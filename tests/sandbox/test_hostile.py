@@ -138,6 +138,18 @@ async def test_allocates_past_the_memory_limit(level: Level) -> None:
     assert result.peak_memory <= 128 << 20
 
 
+@pytest.mark.parametrize("budget", [{}, {"max_memory": 256 << 20}], ids=["default", "capped"])
+async def test_a_memory_error_raised_at_will_is_not_a_limit(
+    level: Level, budget: dict[str, int]
+) -> None:
+    """A program that raises MemoryError with memory to spare failed by itself: the parent
+    decides `limit` from what it saw (its cgroup at its limit, its own counters), never
+    from the child's word."""
+    result = await run_hostile_source("raise MemoryError", level, wall_clock=30.0, **budget)
+    assert (result.ok, result.kind, result.cause) == (False, Kind.RAISED, "program")
+    assert "MemoryError" in result.error
+
+
 async def test_sleeps_past_the_wall_clock(level: Level) -> None:
     """A program asleep past the wall clock is ended at it."""
     result = await run_hostile("sleeps_past_wall_clock", level, wall_clock=1.0)
