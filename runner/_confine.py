@@ -43,7 +43,8 @@ class ConfineRequest(msgspec.Struct, frozen=True, kw_only=True):
             own (required; it is 1000 inside). An unprivileged host: none (the program is
             the host's own uid).
         host_gid: the same, for the group id.
-        disk_bytes: the size of the run's file system (working directory and ``/tmp``).
+        disk_bytes: the size of the run's file system (working directory and ``/tmp``);
+            ``None``: no bound but the run's memory.
         disk_files: the files and directories it holds (default: from ``disk_bytes``).
     """
 
@@ -52,7 +53,7 @@ class ConfineRequest(msgspec.Struct, frozen=True, kw_only=True):
     hostname: str = "sandbox"
     host_uid: int | None = None
     host_gid: int | None = None
-    disk_bytes: int = _namespaces.DEFAULT_DISK_BYTES
+    disk_bytes: int | None = _namespaces.DEFAULT_DISK_BYTES
     disk_files: int | None = None
 
 

@@ -288,9 +288,10 @@ class ConfineSpec:
             unprivileged caller cannot give one: its program is its own uid on the host.
         host_gid: the same, for the group id.
         disk_bytes: the size of the run's file system: the working directory and ``/tmp``
-            together, a tmpfs of the run's own (nosuid, nodev, noexec).
+            together, a tmpfs of the run's own (nosuid, nodev, noexec). ``None``: no bound
+            but memory (its pages are charged to the memory cgroup of whoever writes them).
         disk_files: how many files and directories that file system holds (default:
-            :func:`default_disk_files` of ``disk_bytes``).
+            :func:`default_disk_files` of ``disk_bytes``; no bound if that is ``None``).
     """
 
     read_only: tuple[str, ...]
@@ -300,7 +301,7 @@ class ConfineSpec:
     gid: int = 1000
     host_uid: int | None = None
     host_gid: int | None = None
-    disk_bytes: int = DEFAULT_DISK_BYTES
+    disk_bytes: int | None = DEFAULT_DISK_BYTES
     disk_files: int | None = None
 
 
@@ -326,8 +327,8 @@ class _Plan:
     gid: int
     host_uid: int  # and on the host (the caller's own, when not privileged)
     host_gid: int
-    disk_bytes: int
-    disk_files: int
+    disk_bytes: int  # 0: no bound (as tmpfs takes it)
+    disk_files: int  # 0: no bound
 
 
 # --- system calls ---------------------------------------------------------------------
@@ -503,12 +504,12 @@ def _plan(spec: ConfineSpec) -> _Plan:
         raise ValueError("hostname: contains a NUL")
     privileged = os.geteuid() == 0
     uid, gid, host_uid, host_gid = _ids(spec, privileged=privileged)
-    if type(spec.disk_bytes) is not int or spec.disk_bytes < 1:
-        raise ValueError(f"disk_bytes: {spec.disk_bytes!r} is not a positive size")
-    disk_files = spec.disk_files
-    if disk_files is None:
-        disk_files = default_disk_files(spec.disk_bytes)
-    if type(disk_files) is not int or disk_files < 1:
+    disk_bytes, disk_files = spec.disk_bytes, spec.disk_files
+    if disk_bytes is not None and (type(disk_bytes) is not int or disk_bytes < 1):
+        raise ValueError(f"disk_bytes: {disk_bytes!r} is not a positive size")
+    if disk_files is None and disk_bytes is not None:
+        disk_files = default_disk_files(disk_bytes)
+    if disk_files is not None and (type(disk_files) is not int or disk_files < 1):
         raise ValueError(f"disk_files: {disk_files!r} is not a positive count")
     mounts: dict[str, _Mount] = {}
     for raw in spec.read_only:
@@ -548,8 +549,8 @@ def _plan(spec: ConfineSpec) -> _Plan:
         gid=gid,
         host_uid=host_uid,
         host_gid=host_gid,
-        disk_bytes=spec.disk_bytes,
-        disk_files=disk_files,
+        disk_bytes=disk_bytes or 0,
+        disk_files=disk_files or 0,
     )
 
 

@@ -10,6 +10,7 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from protocol import DEFAULT_MAX_INFLIGHT
+from runner._namespaces import DEFAULT_DISK_BYTES
 
 from ._errors import BudgetError
 
@@ -26,6 +27,10 @@ DEFAULTS: Final[Mapping[str, int | float]] = {
     # Processes and threads at once: room for thread pools and a few worker processes,
     # not for a fork bomb.
     "max_processes": 256,
+    # Bytes of files (a confined run's working directory and /tmp together): the runner's
+    # own default, 64 MiB, room for scratch files and a small data set, a fraction of any
+    # memory budget worth the name (the files are in memory); and so 4096 files.
+    "max_disk": DEFAULT_DISK_BYTES,
 }
 
 
@@ -58,6 +63,13 @@ class Budget(msgspec.Struct, frozen=True, kw_only=True):
             N processes may hold N times as many).
         max_processes: processes (and threads) the program may run at once; by default
             256 where the level can enforce it; ``None`` for no limit.
+        max_disk: bytes the program may keep in files. At ``confined`` its working
+            directory and ``/tmp`` are one file system of the run's own, of this size, which
+            holds one file (or directory) per 16 KiB of it, at least 64: by default 64 MiB
+            and 4096 files; ``None`` for no bound but memory (the files are in memory,
+            charged to the run's memory cgroup and ``max_memory``). A program that fails
+            while that file system is full ends with kind ``limit``, cause ``disk``.
+            ``process`` cannot enforce it (the working directory is the host's).
     """
 
     wall_clock: float | None = None
@@ -71,6 +83,7 @@ class Budget(msgspec.Struct, frozen=True, kw_only=True):
     max_file_size: int | None = None
     max_open_files_per_process: int | None = None
     max_processes: int | UnsetType | None = UNSET
+    max_disk: int | UnsetType | None = UNSET
 
     def __post_init__(self) -> None:
         for name in ("wall_clock", "max_call_deadline", "max_cpu"):
@@ -89,6 +102,7 @@ class Budget(msgspec.Struct, frozen=True, kw_only=True):
             "max_file_size",
             "max_open_files_per_process",
             "max_processes",
+            "max_disk",
         ):
             value = getattr(self, name)
             if value is not None and value is not UNSET and value < 1:
@@ -111,6 +125,7 @@ class Budget(msgspec.Struct, frozen=True, kw_only=True):
                 "max_file_size",
                 "max_open_files_per_process",
                 "max_processes",
+                "max_disk",
             )
             if getattr(self, name) not in (None, UNSET)
         ]

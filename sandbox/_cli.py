@@ -232,6 +232,13 @@ def budget_options(p: argparse.ArgumentParser, *, default_timeout: str) -> None:
         help="processes and threads at once (default: 256 where the level can enforce it; "
         "0: no limit)",
     )
+    p.add_argument(
+        "--max-disk",
+        type=_size,
+        default=None,
+        help="bytes of files, e.g. 256M, and a file per 16k of them (confined; default: 64M; "
+        "0: no limit but memory)",
+    )
     p.add_argument("--max-output", type=_size, default=1 << 20, help="stdout/stderr kept, each")
     p.add_argument(
         "--tools",
@@ -256,6 +263,7 @@ def budget_from(args: argparse.Namespace) -> Budget:
         max_memory=args.max_memory,
         max_cpu=args.max_cpu,
         max_processes=_lifted_at_zero(args.max_processes),
+        max_disk=_lifted_at_zero(args.max_disk),
         max_output=args.max_output,
     )
 

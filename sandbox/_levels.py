@@ -49,6 +49,7 @@ _PROCESS_ONLY = (
     "max_file_size",
     "max_open_files_per_process",
     "max_processes",
+    "max_disk",
 )
 
 
@@ -69,8 +70,15 @@ def _process_gaps() -> dict[str, str]:
 
 def unenforceable(level: Level) -> dict[str, str]:
     """Budget items ``level`` cannot enforce on this host, with the reason for each."""
-    if level in (Level.PROCESS, Level.CONFINED):
+    if level is Level.CONFINED:
         return dict(_process_gaps())
+    if level is Level.PROCESS:
+        gaps = dict(_process_gaps())
+        gaps["max_disk"] = (
+            "the working directory is a directory of the host's: only confined gives a run "
+            "a file system of its own to bound"
+        )
+        return gaps
     reason = "in_process runs in a thread of the host: nothing can stop or limit it"
     return dict.fromkeys(_PROCESS_ONLY, reason)
 

@@ -158,7 +158,9 @@ async def run_process(
     if too_large is not None:
         return too_large
     t0 = time.perf_counter()
-    child = await acquire(spawn, confined=confined, use_cgroups=use_cgroups)
+    child = await acquire(
+        spawn, confined=confined, use_cgroups=use_cgroups, disk_bytes=given(budget.max_disk)
+    )
     start_ch = FdChannel(*child.start_fds)
     call_ch = FdChannel(*child.call_fds)
     out_ch = FdChannel(child.out_fd, child.out_fd)
@@ -212,6 +214,7 @@ class _Run:
         self.ended = False
         self.memory_hit = False
         self.pids_hit = False
+        self.disk_hit = False  # the run's own file system was full when it ended
         self.peak_memory: int | None = None
         self.stack_wanted = False
         self.cpu_hit = False  # the CPU watcher ended the run
@@ -396,6 +399,15 @@ class _Run:
                 fields["cause"] = "memory"
             if self._exit_code() == _EXIT_NOT_CONFINED:
                 fields["cause"] = "confinement"
+            if self.disk_hit and fields["kind"] in (Kind.RAISED, Kind.UNKNOWN):
+                # Decided here, from the host's own look at the run's file system (what
+                # the program raised, ENOSPC or any other, is only its word).
+                fields.update(
+                    kind=Kind.LIMIT,
+                    cause="disk",
+                    error=f"the run's file system (max_disk: {self.budget.max_disk} bytes) "
+                    f"was full when the program failed:\n{fields['error']}",
+                )
             return replace(base, **fields)
         try:
             value = msgspec.json.decode(result.value) if result.value else None
@@ -554,4 +566,5 @@ class _Run:
                 self.peak_memory = self.cgroups.memory_peak()
             elif child.exited is not None:
                 self.peak_memory = child.exited.maxrss
+            self.disk_hit = child.disk_full()
             child.release()

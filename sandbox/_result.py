@@ -26,7 +26,8 @@ class RunResult(msgspec.Struct, frozen=True, kw_only=True):
         kind: on failure, why (:class:`~protocol.Kind`); ``limit`` for any budget.
         error: on failure, a reason for people (a traceback, the limit that was hit).
         cause: on failure, what exactly: ``wall_clock``, ``memory``, ``cpu``,
-            ``processes``, ``protocol`` (the child broke the wire), ``crash`` (the child
+            ``processes``, ``disk`` (the program failed while its file system was full),
+            ``protocol`` (the child broke the wire), ``crash`` (the child
             died without a Result), ``exit`` (the program called ``sys.exit``, ``exit`` or
             ``quit``, or raised ``SystemExit``, whatever the code: it produced no value), or
             ``program`` (the program itself failed).

@@ -59,6 +59,7 @@ from typing import Final, Self
 import anyio
 import msgspec
 
+from runner._namespaces import DEFAULT_DISK_BYTES, default_disk_files
 from runner._zygote import (
     CGROUP_PREFIX,
     FD_NAMES,
@@ -93,6 +94,9 @@ _PIPE_BYTES: Final = 1 << 20
 _ZYGOTE_TIMEOUT: Final = 30.0
 #: How long a child may take, once forked, to be ready (a cold child starts Python).
 _READY_TIMEOUT: Final = 60.0
+#: A run's file system with less room than this left is full: a write of the size Python's
+#: buffered files make (64 KiB) no longer fits.
+_DISK_SLACK: Final = 64 << 10
 
 
 class Spawn(StrEnum):
@@ -133,12 +137,17 @@ def _interpreter_files() -> tuple[str, ...]:
     return tuple(found)
 
 
-def _confine_request(workdir: str, uid: int | None) -> str:
+def _disk_files(disk_bytes: int | None) -> int | None:
+    """The files a run's file system of ``disk_bytes`` holds (None: no bound)."""
+    return None if disk_bytes is None else default_disk_files(disk_bytes)
+
+
+def _confine_request(workdir: str, uid: int | None, disk_bytes: int | None) -> str:
     """The confined level's request: what its view must hold, who the program is.
 
     Beside what the runner imports, the interpreter's own files (read-only, see
     :func:`_interpreter_files`). ``uid``: the run's leased host id (uid and gid), on a
-    root host.
+    root host. ``disk_bytes``: the size of the run's file system (None: no bound).
     """
     request: dict[str, object] = {
         "workdir": workdir,
@@ -148,6 +157,8 @@ def _confine_request(workdir: str, uid: int | None) -> str:
             str(_MSGSPEC_DIR / "msgspec"),
             *_interpreter_files(),
         ],
+        "disk_bytes": disk_bytes,
+        "disk_files": _disk_files(disk_bytes),
     }
     if uid is not None:
         request.update(host_uid=uid, host_gid=uid)
@@ -297,17 +308,25 @@ def _replace(broken: _Zygote) -> None:
 class Child:
     """One run's child: what the host holds of it, from the request to its reaping."""
 
-    def __init__(self, *, confined: bool, use_cgroups: bool) -> None:
+    def __init__(
+        self, *, confined: bool, use_cgroups: bool, disk_bytes: int | None = DEFAULT_DISK_BYTES
+    ) -> None:
         """Make the run's working directory, cgroups (no limits yet) and pipes; for a
         confined run on a root host, lease its uid (:mod:`sandbox._uid`).
+
+        ``disk_bytes``: a confined run's file system (its working directory and ``/tmp``;
+        None: no bound but memory); the host's working directory stays empty.
 
         Raises:
             SpawnFailed: they could not be made (nothing is left behind).
         """
         self.confined = confined
+        self.disk_bytes = disk_bytes
         self.run_id = uuid.uuid4().hex[:16]
         self.workdir = tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-")
         self.lease: _uid.Lease | None = None
+        #: The run's file system, seen from the host (a confined run's, once ready).
+        self.run_fs: int | None = None
         self.cgroups: CgroupSet | None = None
         self.pid: int | None = None
         self.pidfd: int | None = None
@@ -403,7 +422,8 @@ class Child:
         self._theirs = []
 
     def _confine_request(self) -> str:
-        return _confine_request(self.workdir, None if self.lease is None else self.lease.id)
+        uid = None if self.lease is None else self.lease.id
+        return _confine_request(self.workdir, uid, self.disk_bytes)
 
     def poll_report(self) -> None:
         """Read what the zygote has reported, without waiting."""
@@ -477,7 +497,7 @@ class Child:
                 lambda: self.moved or self.exited is not None, min(seconds, _ZYGOTE_TIMEOUT)
             )
             if self.moved:
-                return None
+                return self._open_run_fs()
             return "the child's PID 1 was not reported by the zygote"
         if self._ready.startswith(b"!"):
             return self._ready[1:].decode("utf-8", "replace")
@@ -487,10 +507,40 @@ class Child:
             else "the child was not ready in time"
         )
 
+    def _open_run_fs(self) -> str | None:
+        """Hold the run's file system (through the runner's root) while nothing of the run
+        has run yet: what :meth:`disk_full` reads. None when held, else why not."""
+        if self.run_fs is not None:
+            return None
+        try:
+            fd = os.open(
+                f"/proc/{self.pid}/root{self.workdir}",
+                os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+            )
+        except OSError as exc:
+            return f"the run's file system cannot be found: {exc}"
+        info = os.fstatvfs(fd)
+        # The run's own: a file system of exactly the asked size, not the host's (tmpfs
+        # rounds its size up to pages, and says 0 for no bound).
+        pages = -(-(self.disk_bytes or 0) // info.f_frsize)
+        if (info.f_blocks, info.f_files) != (pages, _disk_files(self.disk_bytes) or 0):
+            os.close(fd)
+            return "the run's working directory is not the run's own file system"
+        self.run_fs = fd
+        return None
+
     def limits_access(self) -> contextlib.AbstractContextManager[None]:
         """Within: this thread may set the limits of the run's processes (a leased uid's:
         see :meth:`sandbox._uid.Lease.real_ids`)."""
         return contextlib.nullcontext() if self.lease is None else self.lease.real_ids()
+
+    def disk_full(self) -> bool:
+        """Whether the run's file system is full: less than :data:`_DISK_SLACK` bytes, or no
+        file, left (decided by the host, from what it sees of the file system)."""
+        if self.run_fs is None or self.disk_bytes is None:
+            return False
+        info = os.fstatvfs(self.run_fs)
+        return info.f_bavail * info.f_frsize < _DISK_SLACK or info.f_favail == 0
 
     async def _reported(self, done: Callable[[], bool], seconds: float) -> None:
         """Read the zygote's reports until ``done()``, the zygote is lost, or ``seconds``."""
@@ -600,6 +650,9 @@ class Child:
             with contextlib.suppress(OSError):
                 os.close(self.pidfd)
             self.pidfd = None
+        if self.run_fs is not None:
+            os.close(self.run_fs)  # the last hold on the run's file system: it is freed
+            self.run_fs = None
         if self.cgroups is not None:
             self.cgroups.kill_all()
             self.cgroups.remove()
@@ -627,26 +680,30 @@ class Pool:
 
     Idle children hold memory (:mod:`benchmarks` measures it) and, with cgroups, a set of
     empty cgroups each; an idle confined child on a root host holds its uid. They run
-    nothing until a Start arrives.
+    nothing until a Start arrives. A confined child's file system has its size from birth:
+    the pool keeps ``size`` children for each size runs have asked for.
     """
 
     def __init__(self, size: int = 2) -> None:
         if not isinstance(size, int) or size < 1:
             raise ValueError(f"a pool's size must be a positive integer, not {size!r}")
         self.size = size
-        self._idle: dict[tuple[bool, bool], deque[Child]] = {}
+        self._idle: dict[tuple[bool, bool, int | None], deque[Child]] = {}
         self._lock = threading.Lock()
         self._closed = False
         _pools.add(self)
 
-    def _fill(self, confined: bool, use_cgroups: bool) -> None:
-        idle = self._idle.setdefault((confined, use_cgroups), deque())
+    def _fill(self, confined: bool, use_cgroups: bool, disk_bytes: int | None) -> None:
+        disk_bytes = disk_bytes if confined else None  # only a confined child has its own
+        idle = self._idle.setdefault((confined, use_cgroups, disk_bytes), deque())
         while len(idle) < self.size:
-            child = Child(confined=confined, use_cgroups=use_cgroups)
+            child = Child(confined=confined, use_cgroups=use_cgroups, disk_bytes=disk_bytes)
             child.request(mode=Spawn.POOL, start_timeout=0)
             idle.append(child)
 
-    def take(self, *, confined: bool, use_cgroups: bool) -> Child:
+    def take(
+        self, *, confined: bool, use_cgroups: bool, disk_bytes: int | None = DEFAULT_DISK_BYTES
+    ) -> Child:
         """A child for one run (waiting for the zygote if the pool is empty).
 
         The child's :attr:`Child.refill` tops the pool up again in the background; the run
@@ -658,29 +715,32 @@ class Pool:
         with self._lock:
             if self._closed:
                 raise SpawnFailed("the pool is closed")
-            idle = self._idle.setdefault((confined, use_cgroups), deque())
+            kind = (confined, use_cgroups, disk_bytes if confined else None)
+            idle = self._idle.setdefault(kind, deque())
             dead: list[Child] = []
             try:
                 while True:
                     if not idle:
-                        self._fill(confined, use_cgroups)
+                        self._fill(*kind)
                     child = idle.popleft()
                     if child.ready_now() is False:  # died while idle: not for a run
                         dead.append(child)
                         continue
-                    child.refill = functools.partial(_refiller.submit, self, confined, use_cgroups)
+                    child.refill = functools.partial(_refiller.submit, self, *kind)
                     return child
             finally:
                 for child in dead:
                     child.discard()
 
-    def refill(self, confined: bool, use_cgroups: bool) -> None:
+    def refill(
+        self, confined: bool, use_cgroups: bool, disk_bytes: int | None = DEFAULT_DISK_BYTES
+    ) -> None:
         """Ask for children until the pool is full again (quietly: a failure to fork now
         shows up, with its reason, when a run next takes a child)."""
         with self._lock:
             if not self._closed:
                 with contextlib.suppress(SpawnFailed):
-                    self._fill(confined, use_cgroups)
+                    self._fill(confined, use_cgroups, disk_bytes)
 
     def idle(self) -> list[Child]:
         """The idle children (for measurements and tests)."""
@@ -729,23 +789,23 @@ class _Refiller:
     """One background thread that tops pools up, so that no run waits for a refill."""
 
     def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[tuple[Pool, bool, bool]] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[tuple[Pool, bool, bool, int | None]] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._start = threading.Lock()
 
-    def submit(self, pool: Pool, confined: bool, use_cgroups: bool) -> None:
+    def submit(self, pool: Pool, confined: bool, use_cgroups: bool, disk_bytes: int | None) -> None:
         with self._start:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._work, name="sandbox-pool-refill", daemon=True
                 )
                 self._thread.start()
-        self._queue.put((pool, confined, use_cgroups))
+        self._queue.put((pool, confined, use_cgroups, disk_bytes))
 
     def _work(self) -> None:
         while True:
-            pool, confined, use_cgroups = self._queue.get()
-            pool.refill(confined, use_cgroups)
+            pool, confined, use_cgroups, disk_bytes = self._queue.get()
+            pool.refill(confined, use_cgroups, disk_bytes)
 
 
 _refiller = _Refiller()
@@ -761,8 +821,16 @@ def default_pool() -> Pool:
         return _default_pool
 
 
-async def acquire(spawn: Spawn | Pool, *, confined: bool, use_cgroups: bool) -> Child:
+async def acquire(
+    spawn: Spawn | Pool,
+    *,
+    confined: bool,
+    use_cgroups: bool,
+    disk_bytes: int | None = DEFAULT_DISK_BYTES,
+) -> Child:
     """A child for one run, requested the way ``spawn`` says; not yet known to be ready.
+
+    ``disk_bytes``: the size of a confined run's file system (None: no bound).
 
     Raises:
         SpawnFailed: the child could not be requested.
@@ -770,17 +838,21 @@ async def acquire(spawn: Spawn | Pool, *, confined: bool, use_cgroups: bool) -> 
     get: Callable[[], Child]
     if isinstance(spawn, Pool) or spawn is Spawn.POOL:
         pool = spawn if isinstance(spawn, Pool) else default_pool()
-        get = functools.partial(pool.take, confined=confined, use_cgroups=use_cgroups)
+        get = functools.partial(
+            pool.take, confined=confined, use_cgroups=use_cgroups, disk_bytes=disk_bytes
+        )
     else:
-        get = functools.partial(_requested, spawn, confined=confined, use_cgroups=use_cgroups)
+        get = functools.partial(
+            _requested, spawn, confined=confined, use_cgroups=use_cgroups, disk_bytes=disk_bytes
+        )
     if needs_start():  # starting the zygote takes a Python start-up: not on the loop
         return await anyio.to_thread.run_sync(get)
     return get()
 
 
-def _requested(spawn: Spawn, *, confined: bool, use_cgroups: bool) -> Child:
+def _requested(spawn: Spawn, *, confined: bool, use_cgroups: bool, disk_bytes: int | None) -> Child:
     """A new child, requested from the zygote (a cold or a warm one)."""
-    child = Child(confined=confined, use_cgroups=use_cgroups)
+    child = Child(confined=confined, use_cgroups=use_cgroups, disk_bytes=disk_bytes)
     child.request(mode=spawn, start_timeout=60.0)
     return child
 

@@ -193,7 +193,7 @@ async def test_unknown_level_is_refused() -> None:
 def test_reports_what_this_host_cannot_enforce() -> None:
     """unenforceable() names each item the process level cannot enforce here, with a reason."""
     gaps = sandbox.unenforceable(Level.PROCESS)
-    assert set(gaps) <= {"max_memory", "max_processes"}
+    assert set(gaps) <= {"max_memory", "max_processes", "max_disk"}
     assert all(reason for reason in gaps.values())
 
 

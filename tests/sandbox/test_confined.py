@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import msgspec
 import psutil
 import pytest
 
@@ -591,3 +592,131 @@ async def test_the_mount_tables_show_nothing_of_the_host(level: Level) -> None:
         return
     assert seen == set()
     assert set(tables.values()) == {errno.EACCES}
+
+
+# --- the run's file system ---------------------------------------------------------------
+
+#: What a program writes, in the working directory and in /tmp, until its file system is
+#: full; then the host looks (while the run lasts), and the program fails with the error.
+FILL = """
+import os
+written = {"bytes": 0, "files": 0}
+chunk = b"x" * (1 << 16)
+try:
+    if MODE == "bytes":
+        for n in range(1 << 14):
+            with open(("/tmp/" if n % 2 else "") + f"fill-{n}", "wb") as f:
+                for _ in range(16):
+                    f.write(chunk)
+                    f.flush()
+                    written["bytes"] += len(chunk)
+    else:
+        while written["files"] < 1 << 20:
+            open(f"f{written['files']}", "w").close()
+            written["files"] += 1
+except OSError as exc:
+    full = exc
+print(written["bytes"], written["files"], os.statvfs(".").f_blocks * os.statvfs(".").f_frsize)
+host.look(cwd=os.getcwd())
+raise full
+"""
+
+
+async def fill(mode: str, budget: Budget) -> tuple[RunResult, list[int], dict[str, Any]]:
+    """Run :data:`FILL` at ``confined``; the result, what the program printed, what the
+    host saw while the run lasted (its own working directory for the run, and the run's
+    file system through the runner's root)."""
+    seen: dict[str, Any] = {}
+
+    def what_the_host_sees(cwd: str) -> None:
+        seen["on_host"] = os.listdir(cwd)
+        (runner,) = [p for p in run_processes_in(cwd) if p.ppid() == _supervisor.zygote_pid()]
+        info = os.statvfs(f"/proc/{runner.pid}/root{cwd}")
+        seen["free"] = info.f_bavail * info.f_frsize
+        seen["free_files"] = info.f_favail
+
+    async def look(cwd: str) -> None:
+        await anyio.to_thread.run_sync(what_the_host_sees, cwd)
+
+    program = f"MODE = {mode!r}\n" + FILL
+    result = await sandbox.run(program, tools=[look], budget=budget, level=Level.CONFINED)
+    return result, [int(n) for n in result.stdout.split()], seen
+
+
+async def test_a_run_that_fills_its_file_system_ends_at_its_limit_and_the_host_keeps_its_disk() -> (
+    None
+):
+    """A program that writes until it can write no more, in its working directory and in
+    /tmp alike, is stopped at ``max_disk`` bytes for both together; while the run lasts the
+    host sees nothing of it on its disk; and the run ends with kind ``limit``, cause
+    ``disk``, decided by the host from the run's file system."""
+    max_disk = 4 << 20
+    result, (written, _, size), seen = await fill("bytes", Budget(wall_clock=60, max_disk=max_disk))
+    assert (result.kind, result.cause) == (Kind.LIMIT, "disk"), result.error
+    assert "No space left on device" in result.error
+    assert size == max_disk
+    assert max_disk - (1 << 20) <= written <= max_disk
+    assert seen["on_host"] == []
+    assert seen["free"] < 1 << 16
+
+
+async def test_a_run_that_makes_files_until_none_is_left_ends_at_its_limit() -> None:
+    """Empty files cost no bytes but a file each: the run's file system holds one per 16 KiB
+    of ``max_disk``; a program that makes them until none is left ends with kind ``limit``,
+    cause ``disk``, and none of them is on the host."""
+    max_disk = 1 << 20  # 64 files, the fewest a run's file system holds
+    result, (_, files, _), seen = await fill("files", Budget(wall_clock=60, max_disk=max_disk))
+    assert (result.kind, result.cause) == (Kind.LIMIT, "disk"), result.error
+    assert 32 <= files <= 64  # the working directory and its parents take a few
+    assert seen["on_host"] == []
+    assert seen["free_files"] == 0
+
+
+STATVFS = """
+import os
+info = os.statvfs(".")
+[info.f_blocks * info.f_frsize, info.f_files, os.statvfs("/tmp").f_fsid == info.f_fsid]
+"""
+
+
+@pytest.mark.parametrize(
+    ("max_disk", "expected"),
+    [
+        (msgspec.UNSET, [64 << 20, 4096]),
+        (8 << 20, [8 << 20, 512]),
+        (None, [0, 0]),  # no bound but memory (tmpfs says 0)
+    ],
+    ids=["default", "8M", "lifted"],
+)
+async def test_the_run_file_system_has_the_budgets_size(max_disk: Any, expected: list[int]) -> None:
+    """The working directory and /tmp are one file system of ``max_disk`` bytes and one file
+    per 16 KiB of them: 64 MiB and 4096 files by default; ``None`` lifts both."""
+    result = await attack(STATVFS, Level.CONFINED, max_disk=max_disk)
+    assert result.value == [*expected, True]
+
+
+async def test_a_program_that_handles_a_full_disk_is_not_ended_by_it() -> None:
+    """A full file system ends nothing by itself: a program that catches the error and goes
+    on returns its value; one that fails while its file system has room fails as itself."""
+    catch = FILL.replace("raise full", "'handled'").replace("host.look(cwd=os.getcwd())\n", "")
+    result = await attack("MODE = 'bytes'\n" + catch, Level.CONFINED, max_disk=1 << 20)
+    assert result.value == "handled"
+    result = await sandbox.run(
+        "open('x', 'w').write('x')\nraise ValueError('mine')",
+        budget=Budget(wall_clock=30, max_disk=1 << 20),
+        level=Level.CONFINED,
+    )
+    assert (result.kind, result.cause) == (Kind.RAISED, "program"), result.error
+
+
+async def test_process_cannot_bound_the_disk_and_does_not_pretend_to() -> None:
+    """At ``process`` the working directory is the host's: ``max_disk`` asked for is
+    refused, and left unset it is not applied (``sandbox.unenforceable`` says why)."""
+    with pytest.raises(sandbox.BudgetUnsupported, match="max_disk"):
+        await sandbox.run("1", budget=Budget(max_disk=1 << 20), level=Level.PROCESS)
+    with pytest.raises(sandbox.BudgetError, match="max_disk"):
+        Budget(max_disk=0)
+    assert "max_disk" in sandbox.unenforceable(Level.PROCESS)
+    assert "max_disk" not in sandbox.unenforceable(Level.CONFINED)
+    result = await sandbox.run("1", budget=Budget(wall_clock=30), level=Level.PROCESS)
+    assert result.ok, result.error
