@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any, Final
 from uuid import uuid4
 
+import msgspec
 from mcp.server.auth.middleware.auth_context import AuthContextMiddleware
 from mcp.server.auth.middleware.bearer_auth import (
     AuthorizationContext,
@@ -34,7 +35,7 @@ from mcp.server.lowlevel.server import Server
 from mcp.server.streamable_http import StreamableHTTPServerTransport
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
-from mcp_types import RequestId, jsonrpc_message_adapter
+from mcp_types import JSONRPCRequest, RequestId, jsonrpc_message_adapter
 from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -104,7 +105,7 @@ class _Sessions(StreamableHTTPSessionManager):
         if scope.get("method") == "POST":
             body, receive = await _read_body(receive)
             try:
-                jsonrpc_message_adapter.validate_json(body, by_name=False)
+                message = jsonrpc_message_adapter.validate_json(body, by_name=False)
             except ValidationError:
                 bad = diagnose(body)
                 client = scope.get("client")
@@ -117,7 +118,83 @@ class _Sessions(StreamableHTTPSessionManager):
                 )
                 await refusal(scope, receive, send)
                 return
+            if isinstance(message, JSONRPCRequest):
+                coalesced = _Coalesced(send, message.id)
+                await super()._handle_request(scope, receive, coalesced)
+                await coalesced.flush()  # (if the request failed, nothing held goes out)
+                return
         await super()._handle_request(scope, receive, send)
+
+
+class _Coalesced:
+    """The ``send`` of a request's answer: an event stream whose first event is the answer
+    itself goes out as one body with its length, not as a stream.
+
+    A request's SSE stream ends right after its answer; when nothing comes before it (no
+    request of the server's, no notification: a plain call), the stream is three writes on
+    the connection (the headers, the event, the end of the chunks), and on loopback each
+    write wakes the client. Holding the headers until the first event, and an event that is
+    the answer until the end that follows it at once, makes them one response with a
+    length: two writes, one wake-up fewer. Anything else (an event that is not the answer,
+    a ping) lets what is held go at once, and the stream streams.
+    """
+
+    def __init__(self, send: Send, request_id: RequestId) -> None:
+        self._send = send
+        rid = msgspec.json.encode(request_id)
+        data = b'event: message\r\ndata: {"jsonrpc":"2.0","id":' + rid
+        self._answers = (data + b',"result":', data + b',"error":')
+        self._start: Message | None = None
+        self._event: bytes | None = None
+        self._streaming = False
+
+    async def __call__(self, message: Message) -> None:
+        if self._streaming:
+            await self._send(message)
+        elif message["type"] == "http.response.start":
+            if _is_event_stream(message):
+                self._start = message
+            else:
+                self._streaming = True
+                await self._send(message)
+        elif message["type"] == "http.response.body" and self._start is not None:
+            body: bytes = message.get("body", b"")
+            more: bool = message.get("more_body", False)
+            if self._event is None and more and body.startswith(self._answers):
+                self._event = body
+            elif self._event is not None and not more and not body:
+                start, event = self._start, self._event
+                self._start = self._event = None
+                self._streaming = True
+                headers = [
+                    (k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"
+                ]
+                headers.append((b"content-length", str(len(event)).encode()))
+                await self._send({**start, "headers": headers})
+                await self._send({"type": "http.response.body", "body": event})
+            else:
+                await self.flush()
+                await self._send(message)
+        else:
+            await self.flush()
+            await self._send(message)
+
+    async def flush(self) -> None:
+        """Send what is held, and stream from now on."""
+        self._streaming = True
+        start, event = self._start, self._event
+        self._start = self._event = None
+        if start is not None:
+            await self._send(start)
+        if event is not None:
+            await self._send({"type": "http.response.body", "body": event, "more_body": True})
+
+
+def _is_event_stream(start: Message) -> bool:
+    return any(
+        k.lower() == b"content-type" and v.lower().startswith(b"text/event-stream")
+        for k, v in start.get("headers", [])
+    )
 
 
 async def _read_body(receive: Receive) -> tuple[bytes, Receive]:

@@ -595,7 +595,7 @@ def _mcp_result(result: Result) -> types.CallToolResult:
 
 
 def _host_names(host: str) -> list[str]:
-    if _loopback(host):
+    if host.lower() in ("127.0.0.1", "localhost", "::1"):
         return ["127.0.0.1", "localhost", "[::1]"]
     return [_url_host(host.lower())]
 

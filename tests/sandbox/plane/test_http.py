@@ -148,6 +148,29 @@ async def test_accepted_connections_send_small_writes_at_once() -> None:
             assert all(flags), flags
 
 
+async def test_a_plain_answer_is_one_body_and_a_call_that_calls_back_streams() -> None:
+    """An answer that is the stream's only event goes out with its length (fewer writes on
+    the connection); a program's host call, sent back to the client before the answer,
+    streams as before."""
+    async with http_server() as (url, _), raw_client(url) as client:
+        response = await client.post(
+            {"jsonrpc": "2.0", "id": 50, "method": "tools/call", "params": {"name": "pid"}}
+        )
+        assert response.headers["content-type"].startswith("text/event-stream")
+        assert "transfer-encoding" not in response.headers
+        assert int(response.headers["content-length"]) == len(response.content)
+        (answer,) = sse_messages(response.text)
+        assert answer["id"] == 50
+    program = "await host.lookup(key='z')"
+    async with (
+        http_server() as (url, _),
+        plane.Remote.connect(plane.http(url)) as remote,
+    ):
+        s = await plane.Set.bind(remote)
+        r = await s.call(plane.Call(tool="run_program", arguments={"code": program}))
+        assert r.data["value"] == "Z", r.text
+
+
 async def test_host_names_compare_without_case() -> None:
     async with http_server() as (url, _):
         port = url.split(":")[2].split("/")[0]
@@ -157,6 +180,12 @@ async def test_host_names_compare_without_case() -> None:
         port = url.split(":")[2].split("/")[0]
         allowed = {"Host": f"sandbox.INTERNAL:{port}"}
         assert await anyio.to_thread.run_sync(post, url, allowed) == 200
+
+
+async def test_another_loopback_address_is_its_own_host() -> None:
+    async with http_server(address="127.0.0.2:0") as (url, _):
+        assert url.startswith("http://127.0.0.2:")
+        assert await anyio.to_thread.run_sync(post, url, {}) == 200
 
 
 async def test_a_cancelled_call_gets_no_answer(tmp_path: Path) -> None:
