@@ -24,6 +24,13 @@ for the whole run:
   to one ``sandbox serve --http 127.0.0.1:0`` subprocess.
 * ``remote_http``: :class:`sandbox.plane.Remote` over :func:`sandbox.plane.http`, to the
   same HTTP server (a session of its own).
+* ``lines_stdio`` and ``keepalive_http``: the same minimal JSON-RPC client of this module
+  (:class:`LineClient`, :class:`HttpClient`: a request, its answer by id, nothing else),
+  over a server of its own on stdio, and over kept-alive connections to the HTTP server
+  (HTTP/1.1 by hand, a connection reused for request after request, as the TypeScript
+  SDK's client does; the Python SDK's closes each answer's stream early, so its every call
+  is a new connection). Their ratio is what HTTP itself costs over stdio for a call
+  (``http_over_stdio`` in the JSON): the target is at most 3.
 
 The two tools are ``echo(x)`` (returns ``x``) and ``touch`` (the same function with a facts
 claim). Every variant runs the same operations:
@@ -44,7 +51,8 @@ Every result is checked (an error result, or another value, fails the run).
 Ratios are cost ratios, ``variant / baseline`` (above 1: slower): time ratios for
 latencies, ``baseline calls/s / variant calls/s`` for throughput. Each variant is compared
 with ``inprocess`` and with the SDK over the same transport (``sdk_stdio`` for stdio,
-``sdk_http`` for HTTP), so the report splits what MCP costs from what ``Remote`` adds on top.
+``sdk_http`` for HTTP), so the report splits what MCP costs from what ``Remote`` adds on top;
+``keepalive_http`` is also compared with ``lines_stdio`` (``http_over_stdio``).
 
 Noise: absolute numbers drift by tens of percent on the small shared VMs this runs on, so
 every operation of every variant runs once per round, the variants back to back and the
@@ -65,11 +73,13 @@ import datetime as dt
 import math
 import os
 import signal
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,9 +87,11 @@ from types import FrameType
 from typing import Any, Final, Literal, Protocol
 
 import anyio
+import anyio.abc
 import mcp_types
 import msgspec
 import pydantic
+from anyio.streams.buffered import BufferedByteReceiveStream
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
@@ -119,7 +131,7 @@ class Variant:
     key: str
     label: str
     transport: Transport
-    client: Literal["inprocess", "sdk", "remote"]
+    client: Literal["inprocess", "sdk", "remote", "raw"]
 
 
 VARIANTS: Final = (
@@ -128,9 +140,14 @@ VARIANTS: Final = (
     Variant("remote_stdio", "Remote, stdio", "stdio", "remote"),
     Variant("sdk_http", "MCP SDK ClientSession, HTTP (baseline)", "http", "sdk"),
     Variant("remote_http", "Remote, HTTP", "http", "remote"),
+    Variant("lines_stdio", "minimal client, stdio (baseline)", "stdio", "raw"),
+    Variant("keepalive_http", "minimal client, HTTP kept alive", "http", "raw"),
 )
-BASELINES: Final = ("inprocess", "sdk_stdio", "sdk_http")
+BASELINES: Final = ("inprocess", "sdk_stdio", "sdk_http", "lines_stdio")
 SAME_TRANSPORT_SDK: Final = {"stdio": "sdk_stdio", "http": "sdk_http"}
+#: The target of ``http_over_stdio``: a call over HTTP (kept alive) costs at most this many
+#: times the same call over stdio.
+HTTP_OVER_STDIO_TARGET: Final = 3.0
 
 OpKind = Literal["latency", "throughput"]
 
@@ -299,6 +316,229 @@ class SdkDriver:
             await self._facts(self._one, 1)
 
 
+# -- the minimal client: JSON-RPC and nothing else, on stdio or kept-alive HTTP ----------
+
+#: Decodes the minimal client's answers.
+_DECODE: Final = msgspec.json.Decoder().decode
+#: The initialize request of the minimal client (the handshake era, as Remote speaks it).
+_INITIALIZE: Final = {
+    "protocolVersion": "2025-11-25",
+    "capabilities": {},
+    "clientInfo": {"name": "bench_plane", "version": "1"},
+}
+
+
+class RawClient(Protocol):
+    """What :class:`RawDriver` needs: one request, its answer (the JSON-RPC message)."""
+
+    async def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]: ...
+
+
+class LineClient:
+    """JSON-RPC on a process's standard input and output, one message a line: requests
+    written under a lock, answers matched by id by one reader task."""
+
+    def __init__(self, proc: anyio.abc.Process) -> None:
+        assert proc.stdin is not None
+        assert proc.stdout is not None
+        self._stdin = proc.stdin
+        self._lines = BufferedByteReceiveStream(proc.stdout)
+        self._lock = anyio.Lock()
+        self._waiting: dict[int, tuple[anyio.Event, list[dict[str, Any]]]] = {}
+        self._next = 0
+
+    async def read(self) -> None:
+        """Hand each answer to its request (run in a task; ends at EOF)."""
+        with contextlib.suppress(anyio.EndOfStream, anyio.IncompleteRead):
+            while True:
+                message = _DECODE(await self._lines.receive_until(b"\n", 1 << 26))
+                waiting = self._waiting.pop(message.get("id"), None)
+                if waiting is not None:
+                    waiting[1].append(message)
+                    waiting[0].set()
+
+    async def send(self, message: dict[str, Any]) -> None:
+        data = msgspec.json.encode(message) + b"\n"
+        async with self._lock:
+            await self._stdin.send(data)
+
+    async def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        self._next += 1
+        rid = self._next
+        done, box = anyio.Event(), list[dict[str, Any]]()
+        self._waiting[rid] = (done, box)
+        await self.send({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+        await done.wait()
+        return box[0]
+
+
+@contextlib.asynccontextmanager
+async def line_client() -> AsyncIterator[LineClient]:
+    """A :class:`LineClient` of a ``sandbox serve`` of its own, initialized."""
+    cmd = serve_command()
+    proc = await anyio.open_process(cmd, env=child_env(), cwd=ROOT, stderr=None)
+    async with proc, anyio.create_task_group() as tg:
+        client = LineClient(proc)
+        tg.start_soon(client.read)
+        try:
+            await client.request("initialize", _INITIALIZE)
+            await client.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+            yield client
+        finally:
+            assert proc.stdin is not None
+            await proc.stdin.aclose()  # the server ends at EOF
+            with anyio.move_on_after(10):
+                await proc.wait()
+            if proc.returncode is None:
+                proc.kill()
+            tg.cancel_scope.cancel()
+
+
+class _HttpConnection:
+    """One kept-alive HTTP/1.1 connection: a POST, its whole answer read, again."""
+
+    def __init__(self, stream: anyio.abc.SocketStream) -> None:
+        self.stream = stream
+        self.reader = BufferedByteReceiveStream(stream)
+
+    async def post(self, head: bytes, body: bytes) -> tuple[dict[str, str], bytes]:
+        await self.stream.send(head + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        lines = (await self.reader.receive_until(b"\r\n\r\n", 1 << 16)).split(b"\r\n")
+        status = int(lines[0].split()[1])
+        headers = {}
+        for line in lines[1:]:
+            name, _, value = line.partition(b":")
+            headers[name.strip().lower().decode()] = value.strip().decode()
+        if headers.get("transfer-encoding") == "chunked":
+            chunks = []
+            while size := int(await self.reader.receive_until(b"\r\n", 64), 16):
+                chunks.append(await self.reader.receive_exactly(size))
+                await self.reader.receive_exactly(2)
+            await self.reader.receive_until(b"\r\n", 1 << 16)  # the last chunk's end
+            data = b"".join(chunks)
+        else:
+            data = await self.reader.receive_exactly(int(headers.get("content-length", 0)))
+        if status >= 300:
+            raise CheckFailed(f"HTTP {status}: {data[:200]!r}")
+        return headers, data
+
+
+class HttpClient:
+    """JSON-RPC over streamable HTTP on kept-alive connections, HTTP/1.1 by hand: each
+    request takes an idle connection (or opens one), reads its answer to the end, and
+    gives the connection back."""
+
+    def __init__(self, url: str) -> None:
+        parts = urllib.parse.urlsplit(url)
+        assert parts.hostname is not None
+        assert parts.port is not None
+        self._host, self._port, self._path = parts.hostname, parts.port, parts.path
+        self._idle: list[_HttpConnection] = []
+        self._open: list[_HttpConnection] = []
+        self._headers = {
+            "Host": f"{self._host}:{self._port}",
+            "Content-Type": "application/json",
+            "Accept": "application/json, text/event-stream",
+        }
+        self._next = 0
+
+    async def _connect(self) -> _HttpConnection:
+        stream = await anyio.connect_tcp(self._host, self._port)
+        sock = stream.extra(anyio.abc.SocketAttribute.raw_socket)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn = _HttpConnection(stream)
+        self._open.append(conn)
+        return conn
+
+    async def _post(self, message: dict[str, Any]) -> tuple[dict[str, str], bytes]:
+        head = f"POST {self._path} HTTP/1.1\r\n" + "".join(
+            f"{k}: {v}\r\n" for k, v in self._headers.items()
+        )
+        body = msgspec.json.encode(message)
+        conn = self._idle.pop() if self._idle else await self._connect()
+        try:
+            answer = await conn.post(head.encode(), body)
+        except (anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError):
+            # The server closes a connection idle for 5 s (uvicorn's keep-alive timeout)
+            # before it reads anything more from it: the request was never read, so it is
+            # sent again on a new connection, as any HTTP client does.
+            await conn.stream.aclose()
+            conn = await self._connect()
+            answer = await conn.post(head.encode(), body)
+        self._idle.append(conn)
+        return answer
+
+    async def initialize(self) -> None:
+        self._next += 1
+        init = {"jsonrpc": "2.0", "id": self._next, "method": "initialize", "params": _INITIALIZE}
+        headers, _ = await self._post(init)
+        self._headers["mcp-session-id"] = headers["mcp-session-id"]
+        self._headers["mcp-protocol-version"] = str(_INITIALIZE["protocolVersion"])
+        await self._post({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    async def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        self._next += 1
+        rid = self._next
+        _, data = await self._post(
+            {"jsonrpc": "2.0", "id": rid, "method": method, "params": params}
+        )
+        for line in data.splitlines():
+            if line.startswith(b"data:"):
+                answer: dict[str, Any] = _DECODE(line[5:])
+                if answer.get("id") == rid:
+                    return answer
+        raise CheckFailed(f"no answer to request {rid} in {data[:200]!r}")
+
+    async def aclose(self) -> None:
+        for conn in self._open:
+            await conn.stream.aclose()
+
+
+@contextlib.asynccontextmanager
+async def http_client(url: str) -> AsyncIterator[HttpClient]:
+    """An :class:`HttpClient` of ``url``, its session open."""
+    client = HttpClient(url)
+    try:
+        await client.initialize()
+        yield client
+    finally:
+        await client.aclose()
+
+
+class RawDriver:
+    """The minimal client: tools/call and the facts request, each checked."""
+
+    def __init__(self, client: RawClient) -> None:
+        self.client = client
+        self._call = {"name": ECHO_CALL.tool, "arguments": ECHO_CALL.arguments}
+        self._one = [{"tool": TOUCH_CALL.tool, "arguments": TOUCH_CALL.arguments}]
+
+    async def call(self) -> None:
+        answer = await self.client.request("tools/call", self._call)
+        result = answer.get("result") or {}
+        if result.get("isError") or result.get("structuredContent") != {"value": 1}:
+            raise CheckFailed(f"echo returned {answer!r}")
+
+    async def _facts(self, k: int) -> None:
+        answer = await self.client.request(FACTS_METHOD, {"calls": self._one * k})
+        readings = (answer.get("result") or {}).get("readings")
+        if not isinstance(readings, list) or len(readings) != k:
+            raise CheckFailed(f"{k} readings asked, got {answer!r}")
+        for r in readings:
+            if r.get("facts") != {"writes": ["/tmp/x"]}:
+                raise CheckFailed(f"touch's facts read as {r!r}")
+
+    async def facts_one(self) -> None:
+        await self._facts(1)
+
+    async def facts_batch(self, k: int) -> None:
+        await self._facts(k)
+
+    async def facts_singles(self, k: int) -> None:
+        for _ in range(k):
+            await self._facts(1)
+
+
 # -- the servers and the connections -------------------------------------------------------
 
 
@@ -418,6 +658,13 @@ async def open_driver(variant: Variant, url: str) -> AsyncIterator[Driver]:
     elif variant.client == "sdk":
         async with sdk_session(variant.transport, url) as session:
             yield SdkDriver(session)
+    elif variant.client == "raw":
+        if variant.transport == "stdio":
+            async with line_client() as lines:
+                yield RawDriver(lines)
+        else:
+            async with http_client(url) as client:
+                yield RawDriver(client)
     else:
         dialer = (
             plane.stdio(serve_command(), env=child_env(), cwd=str(ROOT))
@@ -603,6 +850,17 @@ def analyse(samples: Samples, keys: Sequence[str]) -> dict[str, Any]:
         "title": f"{BATCH} single facts requests over one batch of {BATCH} (p50, per round)",
         "variants": batching,
     }
+    if "keepalive_http" in keys and "lines_stdio" in keys:
+        r = out["seq"]["variants"]["keepalive_http"]["ratios"]["lines_stdio"]
+        out["http_over_stdio"] = {
+            "title": "a sequential call over HTTP (kept alive) over the same call over stdio, "
+            "the same minimal client (cost ratio of p50s, per round)",
+            "target": HTTP_OVER_STDIO_TARGET,
+            "p50_per_round": r["p50_per_round"],
+            "summary": r["p50_per_round_summary"],
+            "pooled_p50": r["p50"],
+            "within_target": r["p50_per_round_summary"]["median"] <= HTTP_OVER_STDIO_TARGET,
+        }
     return out
 
 
@@ -681,6 +939,15 @@ def print_tables(results: dict[str, Any], variants: Sequence[Variant]) -> None:
         print(
             f"  {v.label:40} singles/batch {_range(b['singles_over_batch'])}   "
             f"batch16/batch1 {_range(b['batch16_over_batch1'])}"
+        )
+    hos = results.get("http_over_stdio")
+    if hos is not None:
+        verdict = "within" if hos["within_target"] else "OVER"
+        print()
+        print(hos["title"])
+        print(
+            f"  HTTP / stdio: {_range(hos['summary'])} (pooled p50 {_fmt(hos['pooled_p50'])}); "
+            f"target {_fmt(hos['target'])}: {verdict}"
         )
 
 

@@ -19,15 +19,26 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
-VARIANTS = {"inprocess", "sdk_stdio", "remote_stdio", "sdk_http", "remote_http"}
+VARIANTS = {
+    "inprocess",
+    "sdk_stdio",
+    "remote_stdio",
+    "sdk_http",
+    "remote_http",
+    "lines_stdio",
+    "keepalive_http",
+}
 OPS = {"seq", "concurrent", "facts_1", "facts_16_batch", "facts_16_single"}
-#: Each variant's baselines: every variant has InProcess; Remote has its transport's SDK.
+#: Each variant's baselines: every variant has InProcess; Remote has its transport's SDK;
+#: the minimal client over HTTP has the same client over stdio.
 BASELINES = {
     "inprocess": set(),
     "sdk_stdio": {"inprocess"},
     "sdk_http": {"inprocess"},
     "remote_stdio": {"inprocess", "sdk_stdio"},
     "remote_http": {"inprocess", "sdk_http"},
+    "lines_stdio": {"inprocess"},
+    "keepalive_http": {"inprocess", "lines_stdio"},
 }
 #: Well above the smoke run's ~7 s, under the suite's per-test timeout (60 s).
 RUN_TIMEOUT = 45.0
@@ -115,3 +126,9 @@ def test_smoke_run_writes_every_series(tmp_path: Path) -> None:
     for key, b in results["batching"]["variants"].items():
         assert all(_positive(x) for x in b["singles_over_batch_per_round"]), key
         assert all(_positive(x) for x in b["batch16_over_batch1"].values()), key
+    # HTTP kept alive against stdio, the same client: a ratio per round and its target
+    # (numbers only: whether it is met is for the full run to say, not a smoke run).
+    hos = results["http_over_stdio"]
+    assert hos["target"] == 3
+    assert all(_positive(x) for x in [*hos["p50_per_round"], *hos["summary"].values()])
+    assert isinstance(hos["within_target"], bool)
