@@ -392,9 +392,7 @@ class _Run:
         assert result is not None
         if not result.ok:
             limit_seen = stats.limited > 0 or self.memory_hit or self.pids_hit
-            fields = program_failure(
-                result.kind, result.error, result.value, limit_seen=limit_seen
-            )
+            fields = program_failure(result.kind, result.error, result.value, limit_seen=limit_seen)
             if fields["kind"] is Kind.LIMIT and self.memory_hit:
                 fields["cause"] = "memory"
             if self._exit_code() == _EXIT_NOT_CONFINED:

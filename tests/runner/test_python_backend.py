@@ -276,7 +276,7 @@ async def test_memory_error_fails_the_run_as_limit() -> None:
         ("import sys\nsys.exit('bye')", '"bye"'),
         ("exit()", "null"),
         ("quit(0)", "0"),
-        ("raise SystemExit(object)", '"<class \'object\'>"'),
+        ("raise SystemExit(object)", "\"<class 'object'>\""),
     ],
     ids=["bare", "zero", "none", "three", "message", "exit", "quit", "no-json-form"],
 )
