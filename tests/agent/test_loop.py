@@ -438,6 +438,67 @@ async def test_the_mutation_gate_nudges_then_asks_a_person(tmp_path: Path) -> No
     assert (result.finished, result.output) == (True, "b")
 
 
+# -- the gates on an implicit finish (a text-only answer taken as the answer) --
+
+
+async def test_the_finish_guard_refuses_an_implicit_finish_once() -> None:
+    """A text-only answer past the nudges meets the finish guard as a finish call does:
+    refused once with the guard's words as a user message, then accepted."""
+    guard_calls: list[int] = []
+
+    def guard() -> str | None:
+        guard_calls.append(1)
+        return "sub-tasks are still running"
+
+    script = Script(say("early answer"), say("late answer"))
+    result = await run(script, Tools(), finish_guard=guard, text_only_nudges=0)
+    assert (result.finished, result.output) == (True, "late answer")
+    assert last_user(script.requests[1]) == "sub-tasks are still running"
+    assert result.steps[0].thought == "early answer"
+    assert len(guard_calls) == 1
+
+
+async def test_the_mutation_gate_refuses_an_implicit_finish_without_a_change(
+    tmp_path: Path,
+) -> None:
+    """Without a successful change, a text-only answer is refused with the mutation nudge;
+    the next one asks the person, whose denial ends the run unfinished and whose grant
+    lets the answer through; after a change, the answer is taken at once."""
+    script = Script(say("nothing changed"), say("still nothing"))
+    result = await run(script, Tools(tmp_path), mutation_required=True, text_only_nudges=0)
+    assert "without having changed anything" in last_user(script.requests[1])
+    assert not result.finished
+    assert "mutation_gate" in result.output
+
+    human = Human(breakers=[Grant.ONCE])
+    script = Script(say("a"), say("b"))
+    result = await run(
+        script, Tools(tmp_path), mutation_required=True, human=human, text_only_nudges=0
+    )
+    assert (result.finished, result.output) == (True, "b")
+    assert human.asked == ["breaker mutation_gate"]
+
+    script = Script(act(("write_file", {"path": "f", "content": "x"})), say("changed it"))
+    result = await run(script, Tools(tmp_path), mutation_required=True, text_only_nudges=0)
+    assert (result.finished, result.output) == (True, "changed it")
+
+
+async def test_the_checklist_gate_refuses_an_implicit_finish_once_each() -> None:
+    """With update_checklist offered, a text-only answer after real work and no checklist
+    is nudged once, and one with unchecked items is nudged once; then it is taken."""
+    work = [act(("echo", {"text": f"w{i}"})) for i in range(3)]
+    script = Script(*work, say("done early"), say("done"))
+    result = await run(script, Tools(checklist=True), text_only_nudges=0)
+    assert "never recorded a checklist" in last_user(script.requests[4])
+    assert (result.finished, result.output) == (True, "done")
+
+    items = [{"text": "a", "done": False}, {"text": "b", "done": True}]
+    script = Script(act(("update_checklist", {"items": items})), say("x"), say("y"))
+    result = await run(script, Tools(checklist=True), text_only_nudges=0)
+    assert "unchecked items: a." in last_user(script.requests[2])
+    assert (result.finished, result.output) == (True, "y")
+
+
 # -- events and the trajectory --
 
 
