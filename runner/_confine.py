@@ -15,7 +15,8 @@ is only data) and before the program runs, in this order, each a wall of its own
 2. Landlock (:mod:`runner._landlock`): the same view again, enforced by the kernel's own
    access checks (nothing writable can be executed; ``/proc`` can be listed, none of its
    files read), plus no TCP bind or connect, no signals or abstract sockets outside.
-3. seccomp (:mod:`runner._seccomp`): the system calls a program never needs.
+3. seccomp (:mod:`runner._seccomp`): an allow list of the system calls a program needs,
+   some with their arguments checked; every other call fails.
 
 If any wall cannot be put up, the program does not run: the runner reports the failure.
 """
