@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ._cache import ResultCache
 from ._callers import DumpCaller, LoggingCaller
 from ._context import ContextWindow, PruneObservations
 from ._hooks import Approval, Breakers, Events, Grant, HumanInTheLoop, NoHuman, Verdict
 from ._loop import Agent, TrajectoryStore, VerifyResult, wrap_untrusted
-from ._results import ResultBudget, ResultCache, TruncationConfig, default_truncation
 from ._tools import PlaneTools, ToolExecutor
+from ._truncation import ResultBudget, TruncationConfig, default_truncation
 from ._types import (
     AgentResult,
     ChatRequest,

@@ -34,16 +34,12 @@ import anyio
 import anyio.lowlevel
 import msgspec
 
+from ._cache import ResultCache
 from ._hooks import Approval, Breakers, Events, Grant, HumanInTheLoop, NoHuman, Verdict
-from ._results import (
-    ResultBudget,
-    ResultCache,
-    ToolResultRead,
-    TruncationConfig,
-    default_truncation,
-    process_result,
-)
+from ._readback import ToolResultRead
+from ._results import process_result
 from ._tools import FINISH, ToolExecutor, finish_spec
+from ._truncation import ResultBudget, TruncationConfig, default_truncation
 from ._types import (
     AgentResult,
     ChatRequest,

@@ -1,4 +1,7 @@
-"""Tool results: both truncation stages, the result cache, and reading results back."""
+"""Tool results: both truncation stages, the result cache, and reading results back.
+
+One file for the three modules (and the pipeline that joins them): their tests share the
+helpers that cut a result and read it back whole."""
 
 from __future__ import annotations
 
@@ -13,20 +16,20 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sandbox.agent._results import (
+from sandbox.agent._cache import (
     DEFAULT_NON_CACHEABLE,
-    MAX_FRAGMENT_BYTES,
-    NUDGE_PREFIX,
     CacheMiss,
-    ResultBudget,
     ResultCache,
-    ToolResultRead,
-    TruncationConfig,
-    default_truncation,
     file_path_from_arguments,
     is_mcp_source,
-    process_result,
     result_hash,
+)
+from sandbox.agent._readback import MAX_FRAGMENT_BYTES, ToolResultRead
+from sandbox.agent._results import NUDGE_PREFIX, process_result
+from sandbox.agent._truncation import (
+    ResultBudget,
+    TruncationConfig,
+    default_truncation,
     truncate_stage1,
     truncate_to_budget,
 )
