@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ._acting import wrap_untrusted
 from ._cache import ResultCache
 from ._callers import DumpCaller, LoggingCaller
 from ._context import ContextWindow, PruneObservations
 from ._hooks import Approval, Breakers, Events, Grant, HumanInTheLoop, NoHuman, Verdict
-from ._loop import Agent, TrajectoryStore, VerifyResult, wrap_untrusted
+from ._loop import Agent, TrajectoryStore
 from ._tools import PlaneTools, ToolExecutor
 from ._truncation import ResultBudget, TruncationConfig, default_truncation
 from ._types import (
@@ -37,6 +38,7 @@ from ._types import (
     ToolSpec,
     Usage,
 )
+from ._verify import VerifyResult
 
 if TYPE_CHECKING:
     from ._openai import OpenAICaller

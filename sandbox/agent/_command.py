@@ -20,7 +20,7 @@ from .._errors import ConfinementUnavailable, SandboxError
 from .._levels import Level, confinement_gaps
 from .._text import printable
 from ._hooks import Approval, Events, Grant, Verdict
-from ._loop import Agent, TrajectoryStore, VerifyResult
+from ._loop import Agent, TrajectoryStore
 from ._types import (
     AgentResult,
     CompactionResult,
@@ -30,6 +30,7 @@ from ._types import (
     Step,
     ToolCall,
 )
+from ._verify import VerifyResult
 
 __all__ = ["add_agent_parser", "agent", "read_trajectory"]
 

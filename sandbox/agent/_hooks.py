@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import inspect
 from typing import Any, Protocol, final
 
 import msgspec
@@ -18,6 +19,7 @@ __all__ = [
     "NoHuman",
     "NoEvents",
     "Verdict",
+    "maybe_await",
 ]
 
 
@@ -122,3 +124,9 @@ class Events:
 
 
 NoEvents = Events
+
+
+async def maybe_await(value: Any) -> Any:
+    """``value``, awaited if it is awaitable: what a host's callback returned, whether the
+    callback is sync or async."""
+    return await value if inspect.isawaitable(value) else value
