@@ -186,24 +186,26 @@ def _render_unit(
     unit: Sequence[Step], observation: Callable[[Step], str], *, reasoning: bool = True
 ) -> list[Message]:
     calls = _calls(unit)
-    thought = _distinct(s.thought for s in unit)
-    why = _distinct(s.reasoning for s in unit) if reasoning else ""
-    out: list[Message] = []
-    if calls or thought or why:
-        out.append(
-            Message(
-                role="assistant",
-                content=thought,
-                tool_calls=tuple(c for _, c in calls),
-                reasoning=why,
-            )
-        )
+    out = _assistant(unit, calls, reasoning=reasoning)
     out.extend(
         Message(role="tool", content=observation(s) or _NO_OUTPUT, tool_call_id=c.id)
         for s, c in calls
     )
     out.extend(Message(role="user", content=s.user_nudge) for s in unit if s.user_nudge)
     return out
+
+
+def _assistant(
+    unit: Sequence[Step], calls: Sequence[tuple[Step, ToolCall]], *, reasoning: bool
+) -> list[Message]:
+    """The unit's assistant message: its distinct thoughts and reasoning, and its calls;
+    none when it has none of them."""
+    thought = _distinct(s.thought for s in unit)
+    why = _distinct(s.reasoning for s in unit) if reasoning else ""
+    if not (calls or thought or why):
+        return []
+    tool_calls = tuple(c for _, c in calls)
+    return [Message(role="assistant", content=thought, tool_calls=tool_calls, reasoning=why)]
 
 
 def _verbatim(step: Step) -> str:
@@ -340,31 +342,45 @@ class PruneObservations:
             _render_unit(u, _verbatim) for u in units[t:]
         ]
         costs = [self._cost(r) for r in rendered]
-
-        def flat(rs: Iterable[list[Message]]) -> list[Message]:
-            return [m for r in rs for m in r]
-
-        def summary_of(j: int) -> list[Message]:
-            return [_summary([s for u in units[:j] for s in u])] if j else []
-
         if sum(costs) <= budget_tokens:
-            return flat(rendered)
+            return _flat(rendered)
         for j in range(1, t + 1):  # step 2: summarize the oldest responses
-            head = summary_of(j)
+            head = _summary_of(units, j)
             if self._cost(head) + sum(costs[j:]) <= budget_tokens:
-                return head + flat(rendered[j:])
-        head = summary_of(t)
-        for k in range(t, len(units) - 1):  # step 3: stub the kept results, oldest first
+                return head + _flat(rendered[j:])
+        return self._last_resort(units, t, rendered, costs, budget_tokens)
+
+    def _last_resort(
+        self,
+        units: Sequence[Sequence[Step]],
+        t: int,
+        rendered: list[list[Message]],
+        costs: list[int],
+        budget_tokens: int,
+    ) -> list[Message]:
+        """Step 3, with the older units (before ``t``) summarized: stub the kept results,
+        oldest first, then summarize kept units too, but never the last."""
+        head = _summary_of(units, t)
+        for k in range(t, len(units) - 1):
             rendered[k] = self._pruned(units[k])
             costs[k] = self._cost(rendered[k])
             if self._cost(head) + sum(costs[t:]) <= budget_tokens:
-                return head + flat(rendered[t:])
-        best = head + flat(rendered[t:])
-        for j in range(t + 1, len(units)):  # ... then summarize them, but not the last
-            best = summary_of(j) + flat(rendered[j:])
+                return head + _flat(rendered[t:])
+        best = head + _flat(rendered[t:])
+        for j in range(t + 1, len(units)):
+            best = _summary_of(units, j) + _flat(rendered[j:])
             if self._cost(best) <= budget_tokens:
                 break
         return best
+
+
+def _flat(rendered: Iterable[list[Message]]) -> list[Message]:
+    return [m for r in rendered for m in r]
+
+
+def _summary_of(units: Sequence[Sequence[Step]], j: int) -> list[Message]:
+    """The summary of the first ``j`` units (none for none)."""
+    return [_summary([s for u in units[:j] for s in u])] if j else []
 
 
 def _summary(steps: Sequence[Step]) -> Message:
@@ -372,31 +388,46 @@ def _summary(steps: Sequence[Step]) -> Message:
     among them."""
     numbers = [s.number for s in steps if s.number > 0]
     span = f"steps {min(numbers)}-{max(numbers)}" if numbers else f"{len(steps)} steps"
-    runs: dict[str, list[Step]] = {}
-    for s in steps:
-        if s.action is not None:
-            runs.setdefault(s.action.name, []).append(s)
-    parts: list[str] = []
-    for name, ran in runs.items():
-        hints = [input_hint(s.action.arguments) for s in ran if s.action is not None]
-        distinct = list(dict.fromkeys(h for h in hints if h))
-        detail = [f"{len(ran)} call" + ("s" if len(ran) > 1 else "")]
-        if distinct:
-            detail.append(", ".join(distinct[:3]) + (", …" if len(distinct) > 3 else ""))
-        failed = sum(1 for s in ran if s.is_error)
-        if failed:
-            detail.append(f"{failed} failed")
-        parts.append(f"{name} ({'; '.join(detail)})")
+    parts = _tools_ran(steps)
     text = f"[Context compacted: {span} were summarized to save space. "
     text += f"Tools that ran: {', '.join(parts)}. " if parts else "No tools ran. "
-    said = [" ".join(s.user_nudge.split()) for s in steps if s.user_nudge]
-    if said:
-        quoted = "; ".join(
-            f"«{q if len(q) <= _QUOTE_CHARS else q[: _QUOTE_CHARS - 1] + '…'}»" for q in said[-3:]
-        )
-        text += f"User messages among them ({len(said)}), the last ones: {quoted}. "
+    text += _users_said(steps)
     text += "Their thoughts and results were dropped; run a tool again if you need its result.]"
     return Message(role="user", content=text)
+
+
+def _tools_ran(steps: Sequence[Step]) -> list[str]:
+    """Each tool that ran among ``steps``, in the order of first use: ``name (n calls;
+    a few input hints; failures)``."""
+    runs: dict[str, list[ToolCall]] = {}
+    failures: collections.Counter[str] = collections.Counter()
+    for s in steps:
+        if s.action is not None:
+            runs.setdefault(s.action.name, []).append(s.action)
+            failures[s.action.name] += s.is_error
+    parts: list[str] = []
+    for name, calls in runs.items():
+        distinct = list(dict.fromkeys(h for c in calls if (h := input_hint(c.arguments))))
+        detail = [f"{len(calls)} call" + ("s" if len(calls) > 1 else "")]
+        if distinct:
+            detail.append(", ".join(distinct[:3]) + (", …" if len(distinct) > 3 else ""))
+        if failures[name]:
+            detail.append(f"{failures[name]} failed")
+        parts.append(f"{name} ({'; '.join(detail)})")
+    return parts
+
+
+def _users_said(steps: Sequence[Step]) -> str:
+    """The user messages among ``steps``: how many, and the last three, quoted short."""
+    said = [" ".join(s.user_nudge.split()) for s in steps if s.user_nudge]
+    if not said:
+        return ""
+    quoted = "; ".join(f"«{_clip(q, _QUOTE_CHARS)}»" for q in said[-3:])
+    return f"User messages among them ({len(said)}), the last ones: {quoted}. "
+
+
+def _clip(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
 
 
 # --------------------------------------------------------------------------------------
@@ -603,7 +634,16 @@ class ContextWindow:
         strategy = self._strategy
         if not isinstance(strategy, PruneObservations):
             strategy = PruneObservations(counter=self._counter)
-        # A compacted step is still shown whole if its exact tool message is there.
+        whole = self._shown_whole()
+        return [
+            VulnerableOutput(tool_name=s.action.name, input_hint=input_hint(s.action.arguments))
+            for s in strategy.vulnerable(self._steps)
+            if s.action is not None and id(s) in whole
+        ]
+
+    def _shown_whole(self) -> set[int]:
+        """The ids of the steps whose results the prompt shows whole: every step since the
+        compaction, and a compacted one whose exact tool message the compaction kept."""
         shown = {(m.tool_call_id, m.content) for m in self._compacted if m.role == "tool"}
         whole = {
             id(s)
@@ -612,8 +652,4 @@ class ContextWindow:
             if (c.id, s.observation or _NO_OUTPUT) in shown
         }
         whole.update(id(s) for s in self._steps[self._compacted_upto :])
-        return [
-            VulnerableOutput(tool_name=s.action.name, input_hint=input_hint(s.action.arguments))
-            for s in strategy.vulnerable(self._steps)
-            if s.action is not None and id(s) in whole
-        ]
+        return whole
