@@ -38,6 +38,7 @@ from ._types import (
 if TYPE_CHECKING:
     from types import TracebackType
 
+    from openai.types import CompletionUsage
     from openai.types.chat import (
         ChatCompletion,
         ChatCompletionMessageParam,
@@ -240,20 +241,29 @@ class OpenAICaller:
             raise ModelError(f"{self.base_url} answered with no choices{said}")
         choice = choices[0]
         message = choice.message
-        extras = message.model_extra or {}
-        reasoning = extras.get("reasoning_content") or extras.get("reasoning") or ""
-        usage = completion.usage
         return ChatResponse(
             content=message.content or "",
             tool_calls=tuple(_tool_call(raw) for raw in message.tool_calls or ()),
             stop_reason=_STOP_REASONS.get(choice.finish_reason, StopReason.OTHER),
-            usage=Usage(
-                input_tokens=(usage.prompt_tokens or 0) if usage is not None else 0,
-                output_tokens=(usage.completion_tokens or 0) if usage is not None else 0,
-            ),
-            reasoning=reasoning if isinstance(reasoning, str) else "",
+            usage=_usage(completion.usage),
+            reasoning=_reasoning(message.model_extra),
             model=completion.model or "",
         )
+
+
+def _usage(usage: CompletionUsage | None) -> Usage:
+    """The tokens a completion reports, 0 for each the server left out."""
+    if usage is None:
+        return Usage()
+    return Usage(input_tokens=usage.prompt_tokens or 0, output_tokens=usage.completion_tokens or 0)
+
+
+def _reasoning(extras: dict[str, Any] | None) -> str:
+    """The message's reasoning text, where the server sends one (vLLM and DeepSeek:
+    ``reasoning_content``; some servers: ``reasoning``)."""
+    extras = extras or {}
+    reasoning = extras.get("reasoning_content") or extras.get("reasoning")
+    return reasoning if isinstance(reasoning, str) else ""
 
 
 def _messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
