@@ -591,14 +591,14 @@ def server_pipes(data: bytes, backend: str | None = None) -> None:
 
     Without ``backend`` the script picks asyncio or trio, and the input runs on an event
     loop kept for the life of the process (a campaign runs a million inputs; starting a
-    loop for each would cost more than the input).
+    loop for each would cost more than the input). With ``backend``, a loop of its own.
     """
     s = Script(data)
+    chosen = "trio" if s.below(2) else "asyncio"  # read either way: a script replays alike
     if backend is not None:
         anyio.run(_serve_script, s, backend=backend)
         return
-    portal = _portal("trio" if s.below(2) else "asyncio")
-    portal.call(_serve_script, s)
+    _portal(chosen).call(_serve_script, s)
 
 
 _PORTALS: dict[str, tuple[BlockingPortal, contextlib.AbstractContextManager[BlockingPortal]]] = {}
