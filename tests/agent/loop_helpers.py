@@ -3,23 +3,31 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import anyio
 import msgspec
 
 from sandbox import plane
 from sandbox.agent import (
     Agent,
+    AgentResult,
     ChatRequest,
     ChatResponse,
     ContextWindow,
     PlaneTools,
     StopReason,
     ToolCall,
+    ToolSpec,
     Usage,
 )
+
+#: The longest a scripted run may take, binding its tools included. The model is a script
+#: and the tools answer at once (in a worker thread), so a run that takes this long is
+#: stuck: it fails here, at the wait that hung, rather than at the suite's timeout.
+RUN_DEADLINE = 30
 
 Entry = ChatResponse | Exception | Callable[[ChatRequest], "ChatResponse | Exception"]
 _ids = itertools.count(1)
@@ -140,11 +148,18 @@ async def agent_for(
     context: Any = None,
     **options: Any,
 ) -> tuple[Agent, PlaneTools, Any]:
-    plane_tools = PlaneTools(await plane.Set.bind(tools.executor, policy=policy))
+    with anyio.fail_after(RUN_DEADLINE):
+        plane_tools = PlaneTools(await plane.Set.bind(tools.executor, policy=policy))
     window = context or ContextWindow(system="system", task="the task", max_tokens=100_000)
     return Agent(script, plane_tools, max_steps, **options), plane_tools, window
 
 
+async def run_agent(agent: Agent, tools: Sequence[ToolSpec], window: Any) -> AgentResult:
+    """``agent.run``, within :data:`RUN_DEADLINE`."""
+    with anyio.fail_after(RUN_DEADLINE):
+        return await agent.run(tools, window)
+
+
 async def run(script: Script, tools: Tools, max_steps: int = 20, **options: Any) -> Any:
     agent, plane_tools, window = await agent_for(script, tools, max_steps, **options)
-    return await agent.run(plane_tools.specs(), window)
+    return await run_agent(agent, plane_tools.specs(), window)

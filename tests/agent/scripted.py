@@ -27,10 +27,24 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, Self, TypeAlias
 
-__all__ = ["Delay", "Entry", "Error", "ScriptedServer", "delay", "error", "reply"]
+__all__ = [
+    "DEADLINE",
+    "Delay",
+    "Entry",
+    "Error",
+    "ScriptedServer",
+    "delay",
+    "error",
+    "reply",
+]
 
 #: The path the SDK posts chat completions to, under ``base_url``.
 COMPLETIONS_PATH = "/v1/chat/completions"
+
+#: Seconds any wait on the scripted server may take, a test's calls or the server's close.
+#: The server answers at once (a :class:`Delay` is at most a few seconds, and cut short on
+#: close), and a handler's read gives up after 10 s; longer means something hangs.
+DEADLINE = 30.0
 
 
 @dataclass(frozen=True)
@@ -190,10 +204,25 @@ class ScriptedServer:
             self._script.extend(entries)
 
     def close(self) -> None:
-        """Stop serving, cut short any delay, and join every thread. Idempotent."""
+        """Stop serving, cut short any delay, and join every thread, within
+        :data:`DEADLINE`. Idempotent.
+
+        Raises:
+            AssertionError: the server did not close in time (a thread hangs).
+        """
         if self._closing.is_set():
             return
         self._closing.set()
+        # shutdown() and server_close() wait without a timeout of their own: they run in a
+        # thread of their own, which is joined with one.
+        closer = threading.Thread(target=self._shut_down, name=f"{self._thread.name}-close")
+        closer.daemon = True
+        closer.start()
+        closer.join(DEADLINE)
+        if closer.is_alive():
+            raise AssertionError(f"the scripted server did not close within {DEADLINE} s")
+
+    def _shut_down(self) -> None:
         self._server.shutdown()
         self._server.server_close()  # joins the handler threads (see _Server)
         self._thread.join()

@@ -10,6 +10,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import anyio
 import msgspec
 import pytest
 
@@ -28,7 +29,7 @@ from sandbox.agent._types import (
     Usage,
 )
 
-from .scripted import Entry, ScriptedServer, error, reply
+from .scripted import DEADLINE, Entry, ScriptedServer, error, reply
 
 pytestmark = pytest.mark.anyio
 
@@ -248,8 +249,9 @@ async def test_stacked_on_openai_over_http(caplog: pytest.LogCaptureFixture) -> 
     with ScriptedServer(entries) as server:
         async with OpenAICaller("m", base_url=server.base_url, max_retries=0) as raw:
             caller = LoggingCaller(DumpCaller(raw, out), "openai", logging.getLogger(LOGGER))
-            response = await caller.call(REQUEST)
-            with pytest.raises(ContextOverflow):
+            with anyio.fail_after(DEADLINE):
+                response = await caller.call(REQUEST)
+            with anyio.fail_after(DEADLINE), pytest.raises(ContextOverflow):
                 await caller.call(REQUEST)
         assert len(server.requests) == 2
 

@@ -5,6 +5,9 @@ through ``sandbox agent``, resumed from its trajectory file."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +21,29 @@ from sandbox.agent import Agent, ContextWindow, OpenAICaller, PlaneTools
 from .scripted import ScriptedServer, reply
 
 pytestmark = pytest.mark.timeout(120)
+
+ROOT = Path(__file__).resolve().parents[2]
+#: Seconds a run against the scripted model may take, its programs in the sandbox
+#: included (each has a wall clock of 30 s at most); longer means it hangs. Two fit in the
+#: file's per-test timeout.
+DEADLINE = 45.0
+
+
+def command(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    """``python -m sandbox ARGS`` in a subprocess, as a person runs it, killed at
+    :data:`DEADLINE`; its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "sandbox", *args],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=DEADLINE,
+        check=False,
+    )
+
 
 PROGRAM = """
 import asyncio
@@ -79,14 +105,15 @@ async def test_a_model_runs_a_confined_program_that_calls_host_tools_then_finish
         ),
         finish_with_program_value,
     ]
-    with ScriptedServer(script) as server:
+    with ScriptedServer(script) as server, anyio.fail_after(DEADLINE):
         tools = PlaneTools(await plane.Set.bind(executor, policy=policy))
         async with OpenAICaller("scripted", base_url=server.base_url, max_retries=0) as caller:
             agent = Agent(caller, tools, 5)
             window = ContextWindow(system="system", task="look up three keys", max_tokens=50_000)
             result = await agent.run(tools.specs(), window)
         requests = server.requests
-    await executor.aclose()
+    with anyio.fail_after(DEADLINE):
+        await executor.aclose()
     assert result.finished, result.output
     assert result.output == "found ALPHA, BETA, GAMMA; remove was denied"
     assert most == 3, "the program's three host calls were in flight together"
@@ -114,10 +141,10 @@ def test_the_command_runs_writes_its_trajectory_and_resumes(tmp_path: Path) -> N
     with ScriptedServer(first) as server:
         common = ["--base-url", server.base_url, "--model", "m", "--level", "process"]
         common += ["--tools", str(tools)]
-        status = main(
-            ["agent", "find x", *common, "--max-steps", "1", "--trajectory", str(trajectory)]
+        ran = command(
+            "agent", "find x", *common, "--max-steps", "1", "--trajectory", str(trajectory)
         )
-    assert status == 1, "the step limit ended it unfinished"
+    assert ran.returncode == 1, ran.stderr  # the step limit ended it unfinished
     records = [json.loads(line) for line in trajectory.read_text().splitlines()]
     assert records[0] == {"task": "find x"}
     steps = [r["step"] for r in records if "step" in r]
@@ -128,9 +155,9 @@ def test_the_command_runs_writes_its_trajectory_and_resumes(tmp_path: Path) -> N
     second = [reply(tool_calls=[("c2", "finish", {"answer": "X it is"})])]
     with ScriptedServer(second) as server:
         common[1] = server.base_url
-        status = main(["agent", *common, "--max-steps", "3", "--resume", str(trajectory)])
+        ran = command("agent", *common, "--max-steps", "3", "--resume", str(trajectory))
         sent = server.requests[0]["messages"]
-    assert status == 0
+    assert ran.returncode == 0, ran.stderr
     assert any(m["role"] == "tool" and '"X"' in m["content"] for m in sent), "resumed history"
     assert sent[1] == {"role": "user", "content": "find x"}
     records = [json.loads(line) for line in trajectory.read_text().splitlines()]
@@ -139,9 +166,7 @@ def test_the_command_runs_writes_its_trajectory_and_resumes(tmp_path: Path) -> N
     assert records[-1]["end"] == {"finished": True, "output": "X it is", "why": "finished"}
 
 
-def test_the_command_shows_steps_live_and_says_when_the_model_fails(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_the_command_shows_steps_live_and_says_when_the_model_fails() -> None:
     from .scripted import error
 
     script = [
@@ -149,19 +174,22 @@ def test_the_command_shows_steps_live_and_says_when_the_model_fails(
         reply(tool_calls=[("c2", "finish", {"answer": "42"})]),
     ]
     with ScriptedServer(script) as server:
-        args = ["agent", "compute", "--base-url", server.base_url, "--model", "m"]
-        assert main([*args, "--level", "process"]) == 0
-    shown = capsys.readouterr()
-    assert shown.out.strip() == "42"
-    assert "── step 1" in shown.err
-    assert "Let me check." in shown.err
-    assert "→ run_program" in shown.err
-    assert '"value":42' in shown.err
+        shown = command(
+            "agent", "compute", "--base-url", server.base_url, "--model", "m", "--level", "process"
+        )
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.strip() == "42"
+    assert "── step 1" in shown.stderr
+    assert "Let me check." in shown.stderr
+    assert "→ run_program" in shown.stderr
+    assert '"value":42' in shown.stderr
 
     with ScriptedServer([error(401, "bad key", "invalid_api_key")]) as server:
-        args = ["agent", "compute", "--base-url", server.base_url, "--model", "m"]
-        assert main([*args, "--level", "process"]) == 4
-    assert "bad key" in capsys.readouterr().err
+        failed = command(
+            "agent", "compute", "--base-url", server.base_url, "--model", "m", "--level", "process"
+        )
+    assert failed.returncode == 4
+    assert "bad key" in failed.stderr
 
 
 #: A command that would reach no model: each refusal must come before it tries.
@@ -211,15 +239,9 @@ def test_the_commands_verification_is_the_hosts(tmp_path: Path) -> None:
         args = ["agent", "edit", "--base-url", server.base_url, "--model", "m"]
         args += ["--level", "process", "--tools", str(tools)]
         args += ["--verify", "cat a.txt; echo ' checked'; exit 3"]
-        import os
-
-        here = os.getcwd()
-        os.chdir(tmp_path)
-        try:
-            assert main(args) == 0
-        finally:
-            os.chdir(here)
+        ran = command(*args, cwd=tmp_path)
         observed = tool_message(server.requests[1])
+    assert ran.returncode == 0, ran.stderr
     assert observed.startswith("written")
     assert "[verify_on_edit] FAILED (exit 3): fix the failures" in observed
     assert "hi checked" in observed

@@ -26,7 +26,18 @@ from sandbox.agent import (
     VerifyResult,
 )
 
-from .loop_helpers import Script, Tools, act, agent_for, finish, last_user, run, say
+from .loop_helpers import (
+    RUN_DEADLINE,
+    Script,
+    Tools,
+    act,
+    agent_for,
+    finish,
+    last_user,
+    run,
+    run_agent,
+    say,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -279,17 +290,16 @@ async def test_an_overflow_compacts_and_retries_once_keeping_the_interjection() 
     events = Seen()
     script = Script(ContextOverflow("too long"), finish())
     agent, tools, _ = await agent_for(script, Tools(), events=events, context=window)
-    result = await agent.run(tools.specs(), window)
+    result = await run_agent(agent, tools.specs(), window)
     assert result.finished
     assert events.compactions == [True]
     assert (
         last_user(script.requests[0]) == last_user(script.requests[1]) == "the user adds: be brief"
     )
     assert window.consumed == 1
+    twice, _, _ = await agent_for(Script(ContextOverflow("a"), ContextOverflow("b")), Tools())
     with pytest.raises(ModelError):
-        await (await agent_for(Script(ContextOverflow("a"), ContextOverflow("b")), Tools()))[0].run(
-            [], ContextWindow(system="s", task="t", max_tokens=1000)
-        )
+        await run_agent(twice, [], ContextWindow(system="s", task="t", max_tokens=1000))
 
 
 # -- pause, resume, live messages --
@@ -300,7 +310,7 @@ async def test_pause_returns_a_resumable_trajectory_and_numbering_goes_on() -> N
     script = Script(act(("echo", {"text": "1"})), act(("echo", {"text": "2"})))
     agent, tools, window = await agent_for(script, Tools(), pause=lambda: paused.pop(0))
     with pytest.raises(Paused) as caught:
-        await agent.run(tools.specs(), window)
+        await run_agent(agent, tools.specs(), window)
     steps = caught.value.result.steps
     assert [s.number for s in steps] == [1, 2]
     assert not caught.value.result.finished
@@ -309,7 +319,7 @@ async def test_pause_returns_a_resumable_trajectory_and_numbering_goes_on() -> N
     window2.seed_steps(steps)
     script2 = Script(finish("resumed"))
     agent2, tools2, _ = await agent_for(script2, Tools(), resume=steps)
-    result = await agent2.run(tools2.specs(), window2)
+    result = await run_agent(agent2, tools2.specs(), window2)
     assert result.finished
     assert [s.number for s in result.steps] == [1, 2, 3]
     # The resumed request carries the earlier steps.
@@ -323,7 +333,7 @@ async def test_cancellation_beats_a_pause() -> None:
     agent, tools, window = await agent_for(script, Tools(), pause=lambda: True)
     with anyio.CancelScope() as scope:
         scope.cancel()
-        await agent.run(tools.specs(), window)
+        await run_agent(agent, tools.specs(), window)
         pytest.fail("a cancelled run went on")
     assert scope.cancelled_caught
     assert script.requests == []
@@ -341,7 +351,7 @@ async def test_live_messages_arrive_once_as_the_last_user_message_and_survive_a_
         script, Tools(), messages=pop, pause=lambda: pauses.pop(0)
     )
     with pytest.raises(Paused) as caught:
-        await agent.run(tools.specs(), window)
+        await run_agent(agent, tools.specs(), window)
     assert last_user(script.requests[0]) == "steer left"
     assert queue == ["", "and then right"], "nothing is drained at a pause"
     steps = caught.value.result.steps
@@ -349,7 +359,7 @@ async def test_live_messages_arrive_once_as_the_last_user_message_and_survive_a_
     window2.seed_steps(steps)
     script2 = Script(act(("echo", {"text": "b"})), finish())
     agent2, tools2, _ = await agent_for(script2, Tools(), messages=pop, resume=steps)
-    await agent2.run(tools2.specs(), window2)
+    await run_agent(agent2, tools2.specs(), window2)
     sent = [m.content for r in script2.requests for m in r.messages if m.role == "user"]
     assert sent.count("steer left") == 2, "kept in the history, not delivered again as new"
     assert last_user(script2.requests[1]) == "and then right"
@@ -614,12 +624,13 @@ async def test_untrusted_output_cannot_break_out_of_its_wrapping() -> None:
         return attack
 
     executor = plane.InProcess([plane.FunctionTool(fetch)])
-    plane_tools = PlaneTools(await plane.Set.bind(executor), untrusted=True)
+    with anyio.fail_after(RUN_DEADLINE):
+        plane_tools = PlaneTools(await plane.Set.bind(executor), untrusted=True)
     from sandbox.agent import Agent
 
     script = Script(act(("fetch", {})), finish())
     window = ContextWindow(system="s", task="t", max_tokens=100_000)
-    result = await Agent(script, plane_tools, 5).run(plane_tools.specs(), window)
+    result = await run_agent(Agent(script, plane_tools, 5), plane_tools.specs(), window)
     step = result.steps[0]
     assert step.is_untrusted
     assert step.observation.startswith('<untrusted-content source="core">')
@@ -675,7 +686,7 @@ async def test_the_model_is_warned_of_results_about_to_be_pruned() -> None:
     script = Script(*calls, finish())
     window = ContextWindow(system="s", task="t", max_tokens=8000)
     agent, tools, _ = await agent_for(script, Tools(), pre_warning_percent=2, context=window)
-    result = await agent.run(tools.specs(), window)
+    result = await run_agent(agent, tools.specs(), window)
     assert result.finished
     warnings = [
         m.content

@@ -26,7 +26,7 @@ from sandbox.agent._types import (
     Usage,
 )
 
-from .scripted import Entry, Error, ScriptedServer, delay, error, reply
+from .scripted import DEADLINE, Entry, Error, ScriptedServer, delay, error, reply
 
 pytestmark = pytest.mark.anyio
 
@@ -35,7 +35,8 @@ HELLO = ChatRequest(messages=(Message(role="user", content="hello"),))
 
 @asynccontextmanager
 async def caller_for(server: ScriptedServer, **options: Any) -> AsyncIterator[OpenAICaller]:
-    """A caller of ``server`` with short retry waits, closed on the way out."""
+    """A caller of ``server`` with short retry waits, closed on the way out. The body of
+    the ``async with`` runs within the scripted server's :data:`DEADLINE`."""
     settings: dict[str, Any] = {
         "api_key": "sk-test",
         "timeout": 10.0,
@@ -44,8 +45,9 @@ async def caller_for(server: ScriptedServer, **options: Any) -> AsyncIterator[Op
         "retry_max_delay": 0.05,
     }
     settings.update(options)
-    async with OpenAICaller("test-model", base_url=server.base_url, **settings) as caller:
-        yield caller
+    with anyio.fail_after(DEADLINE):
+        async with OpenAICaller("test-model", base_url=server.base_url, **settings) as caller:
+            yield caller
 
 
 async def call_once(entries: list[Entry], request: ChatRequest = HELLO, **options: Any) -> Any:
@@ -395,7 +397,7 @@ async def test_an_unreachable_server_is_a_model_error() -> None:
     async with OpenAICaller(
         "m", base_url=f"http://127.0.0.1:{port}/v1", max_retries=1, retry_base_delay=0.01
     ) as caller:
-        with pytest.raises(ModelError, match="cannot reach") as info:
+        with anyio.fail_after(DEADLINE), pytest.raises(ModelError, match="cannot reach") as info:
             await caller.call(HELLO)
     assert "after 2 attempts" in str(info.value)
 
@@ -510,8 +512,9 @@ async def test_is_a_model_caller() -> None:
     caller = OpenAICaller("m", base_url="http://127.0.0.1:9/v1")
     assert isinstance(caller, ModelCaller)
     assert caller.base_url.startswith("http://127.0.0.1:9/v1")
-    await caller.aclose()
-    await caller.aclose()
+    with anyio.fail_after(DEADLINE):
+        await caller.aclose()
+        await caller.aclose()
 
 
 @pytest.mark.parametrize(
