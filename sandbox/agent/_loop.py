@@ -523,7 +523,7 @@ class _Run:
         """Past ``pre_warning_percent``, tell the model once which results the next
         pruning drops (when there are some), so that it keeps what it needs."""
         percent = self.a.pre_warning_percent
-        if not percent or check.percent < percent or self.warned_fill:
+        if not (percent and check.percent >= percent and not self.warned_fill):
             return
         outputs = self.context.vulnerable_outputs()
         if not outputs:
