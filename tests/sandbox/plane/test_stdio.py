@@ -39,7 +39,8 @@ class Peer:
     async def send(self, line: bytes | dict[str, Any]) -> None:
         assert self.proc.stdin is not None
         raw = line if isinstance(line, bytes) else json.dumps(line).encode()
-        await self.proc.stdin.send(raw + b"\n")
+        with anyio.fail_after(20):
+            await self.proc.stdin.send(raw + b"\n")
 
     async def receive(self) -> dict[str, Any]:
         assert self.lines is not None
