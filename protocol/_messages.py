@@ -27,8 +27,9 @@ for them; the integer bounds are checked by msgspec while it decodes.
 * Nesting: see :data:`~protocol.MAX_NESTING`. Too deep for the decoder is a
   ``RemoteProtocolError`` (a ``LocalProtocolError`` when our own stack is what left too
   little room), never a ``RecursionError``.
-* Integers are Go's ``int64`` (``Meta(ge=..., le=...)`` on every integer field): a value
-  outside it is refused on receipt, and :func:`frame_message` refuses to send one.
+* Integers are Go's ``int64`` (``Meta(le=...)`` on every counter and duration; ``v`` must
+  be VERSION anyway): a value outside it is refused on receipt, and :func:`frame_message`
+  refuses to send one.
 * Text is UTF-8: :func:`frame_message` sends a lone surrogate (which UTF-8 cannot carry) as
   U+FFFD, in every text field of every frame, as Go does when it encodes invalid UTF-8.
 """
@@ -71,7 +72,6 @@ __all__ = [
 # long, so that an answer always fits in a frame whatever the id. msgspec checks these
 # while decoding; frame_message checks the integers before sending.
 MAX_ID_CHARS: Final = 64
-_Int64 = Annotated[int, msgspec.Meta(ge=INT64_MIN, le=INT64_MAX)]
 _NonNegative = Annotated[int, msgspec.Meta(ge=0, le=INT64_MAX)]
 _Id = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ID_CHARS)]
 
@@ -81,9 +81,12 @@ class Message(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=
 
     ``gc=False``: the frames hold only strings, numbers and other frames, never cycles, so
     the cycle collector need not track them (one less cost per call on the hot path).
+
+    ``v`` has no int64 bound of its own: anything but :data:`~protocol.VERSION` is refused
+    as another version's anyway, and the bound would cost every frame a range check.
     """
 
-    v: _Int64
+    v: int
 
 
 class Request(Message, frozen=True, kw_only=True, omit_defaults=True, gc=False):
