@@ -14,6 +14,10 @@ Layers:
 * the parent's roles :class:`Server` and :class:`Starter` (and :class:`FdChannel`), on
   anyio. They are loaded on first use, so a child that imports ``protocol`` never loads
   anyio.
+
+Beside it, the second wire: how the host asks its zygote for a run's child and hears what
+became of it (:class:`ForkRequest`, the :data:`Report` messages, :class:`ConfineRequest`;
+:mod:`protocol._fork`).
 """
 
 from __future__ import annotations
@@ -34,6 +38,24 @@ from ._errors import (
     RemoteProtocolError,
     TruncatedFrame,
     VersionMismatch,
+)
+from ._fork import (
+    CGROUP_PREFIX,
+    CONFINE_DECODER,
+    FD_NAMES,
+    FORK_REQUEST_DECODER,
+    MAX_FORK_MESSAGE,
+    REPORT_DECODER,
+    WORKDIR_PREFIX,
+    ConfineRequest,
+    Exited,
+    Failed,
+    Forked,
+    ForkRequest,
+    Moved,
+    Report,
+    RunnerExit,
+    decode_fork,
 )
 from ._frames import FrameDecoder, Signal, encode_frame
 from ._kinds import Kind
@@ -59,6 +81,24 @@ __all__ = [
     "MAX_FRAME_BYTES",
     "MAX_NESTING",
     "VERSION",
+    # the host-zygote wire (protocol._fork)
+    "CGROUP_PREFIX",
+    "CONFINE_DECODER",
+    "FD_NAMES",
+    "FORK_REQUEST_DECODER",
+    "MAX_FORK_MESSAGE",
+    "REPORT_DECODER",
+    "WORKDIR_PREFIX",
+    "ConfineRequest",
+    "Exited",
+    "Failed",
+    "ForkRequest",
+    "Forked",
+    "Moved",
+    "Report",
+    "RunnerExit",
+    "decode_fork",
+    # the call protocol
     "CallError",
     "CallStats",
     "ChannelClosed",

@@ -25,37 +25,11 @@ from __future__ import annotations
 
 import functools
 
-import msgspec
+from protocol import CONFINE_DECODER, ConfineRequest, RemoteProtocolError, decode_fork
 
 from . import _landlock, _namespaces, _seccomp
 
 __all__ = ["ConfineRequest", "confine"]
-
-
-class ConfineRequest(msgspec.Struct, frozen=True, kw_only=True):
-    """What the host asks for (the JSON of ``--confine``).
-
-    Attributes:
-        workdir: the run's working directory (a directory of the run's own file system,
-            at this path inside).
-        import_paths: directories the runner still imports from once confined.
-        hostname: the host name inside.
-        host_uid: a root host: the unprivileged host uid the program runs as, the run's
-            own (required; it is 1000 inside). An unprivileged host: none (the program is
-            the host's own uid).
-        host_gid: the same, for the group id.
-        disk_bytes: the size of the run's file system (working directory and ``/tmp``);
-            ``None``: no bound but the run's memory.
-        disk_files: the files and directories it holds (default: from ``disk_bytes``).
-    """
-
-    workdir: str
-    import_paths: tuple[str, ...] = ()
-    hostname: str = "sandbox"
-    host_uid: int | None = None
-    host_gid: int | None = None
-    disk_bytes: int | None = _namespaces.DEFAULT_DISK_BYTES
-    disk_files: int | None = None
 
 
 def parse(text: str) -> ConfineRequest:
@@ -65,8 +39,8 @@ def parse(text: str) -> ConfineRequest:
         ValueError: it is not a valid request.
     """
     try:
-        return msgspec.json.decode(text, type=ConfineRequest)
-    except msgspec.DecodeError as exc:
+        return decode_fork(CONFINE_DECODER, text)
+    except RemoteProtocolError as exc:
         raise ValueError(f"--confine: {exc}") from None
 
 

@@ -85,6 +85,7 @@ from protocol import (
     ProtocolError,
     Result,
     Runner,
+    RunnerExit,
 )
 
 from ._backends import DEFAULT_BACKEND, Outcome, get_backend
@@ -112,11 +113,12 @@ __all__ = [
 #: spawned; short enough that a runner whose parent forgot it does not linger for long.
 DEFAULT_START_TIMEOUT: Final = 60.0
 
-EXIT_OK: Final = 0
-EXIT_NO_START: Final = 2
-EXIT_ORPHANED: Final = 3
-EXIT_NOT_CONFINED: Final = 4
-EXIT_USAGE: Final = 64  # os.EX_USAGE, spelled out: os.EX_USAGE does not exist on Windows
+# The exit statuses the host reads (protocol.RunnerExit is the contract).
+EXIT_OK: Final = RunnerExit.OK
+EXIT_NO_START: Final = RunnerExit.NO_START
+EXIT_ORPHANED: Final = RunnerExit.ORPHANED
+EXIT_NOT_CONFINED: Final = RunnerExit.NOT_CONFINED
+EXIT_USAGE: Final = RunnerExit.USAGE
 
 _USAGE: Final = (
     "usage: python -m runner START_R START_W CALL_R CALL_W "

@@ -63,82 +63,33 @@ from typing import TYPE_CHECKING, Final, NoReturn
 
 import msgspec
 
+from protocol import (
+    CGROUP_PREFIX,
+    FD_NAMES,
+    FORK_REQUEST_DECODER,
+    MAX_FORK_MESSAGE,
+    WORKDIR_PREFIX,
+    Exited,
+    Failed,
+    Forked,
+    ForkRequest,
+    Moved,
+    RemoteProtocolError,
+    Report,
+    RunnerExit,
+    decode_fork,
+)
+
 if TYPE_CHECKING:
     from . import _main
 
-__all__ = ["FD_NAMES", "Exited", "ForkRequest", "Forked", "Moved", "main"]
+__all__ = ["main"]
 
-#: How the host names what it makes for a run: ``<tmp>/sandbox-run-<host pid>-...`` working
-#: directories and ``run-<host pid>-...`` cgroups. With the host's pid in the name, the
-#: zygote can sweep, when the host dies, even what the host made for a request it never
-#: got to send.
-WORKDIR_PREFIX: Final = "sandbox-run-"
-CGROUP_PREFIX: Final = "run-"
-#: The descriptors that come with a request, in this order.
-FD_NAMES: Final = ("start_r", "start_w", "call_r", "call_w", "out_w", "err_w", "ready_w", "report")
 #: Where the run's channels and ready pipe land in the child (0, 1, 2 are its stdio).
 _CHILD_FDS: Final = (3, 4, 5, 6, 7)
-_MAX_MESSAGE: Final = 1 << 16
 _PR_SET_CHILD_SUBREAPER: Final = 36
-#: The exit status of a forked child that could not become a runner.
-EXIT_CHILD_SETUP: Final = 70
-#: ``runner._namespaces.EXIT_DETACHED`` (not imported: the keeper stays light).
-_EXIT_DETACHED: Final = 81
 #: How long the keeper waits for the zygote's own clean-up after the host has died.
 _KEEPER_GRACE: Final = 3.0
-
-
-class ForkRequest(msgspec.Struct, frozen=True, kw_only=True):
-    """One run's child, as the host asks for it.
-
-    Attributes:
-        mode: ``warm`` (fork and carry on as the runner) or ``cold`` (fork and execute a
-            fresh interpreter).
-        workdir: the run's private working directory (its ``cwd``, and ``HOME``).
-        env: the run's whole environment.
-        cgroups: the ``cgroup.procs`` files the child joins first.
-        confine: the confined level's request (JSON), or empty for the process level.
-        start_timeout: seconds the runner waits for its Start; 0 for no limit.
-        linger: the runner waits after its Result until the host closes the start
-            channel (without cgroups, the host finds the run's processes in its tree).
-        argv: ``cold`` only: the interpreter and its options; the descriptors and runner
-            options are appended.
-    """
-
-    mode: str
-    workdir: str
-    env: dict[str, str]
-    cgroups: tuple[str, ...] = ()
-    confine: str = ""
-    start_timeout: float = 60.0
-    linger: bool = True
-    argv: tuple[str, ...] = ()
-
-
-class Forked(msgspec.Struct, frozen=True, tag="forked"):
-    pid: int
-
-
-class Moved(msgspec.Struct, frozen=True, tag="moved"):
-    """A confined runner's PID 1 is now the zygote's child, and the run's runner."""
-
-    pid: int
-
-
-class Exited(msgspec.Struct, frozen=True, tag="exited"):
-    status: int
-    utime: float
-    stime: float
-    maxrss: int
-
-
-class Failed(msgspec.Struct, frozen=True, tag="failed"):
-    error: str
-
-
-Report = Forked | Moved | Exited | Failed
-_request_decoder: Final = msgspec.json.Decoder(ForkRequest)
-report_decoder: Final = msgspec.json.Decoder(Report)
 
 
 def _prctl_subreaper() -> None:
@@ -257,7 +208,7 @@ class _Zygote:
     def _receive(self) -> bool:
         """Handle one request; False once the control channel is at EOF (or broken)."""
         try:
-            data, fds, _, _ = socket.recv_fds(self.control, _MAX_MESSAGE, len(FD_NAMES))
+            data, fds, _, _ = socket.recv_fds(self.control, MAX_FORK_MESSAGE, len(FD_NAMES))
         except InterruptedError:
             return True
         except OSError:
@@ -272,8 +223,8 @@ class _Zygote:
             return True  # not a request we can answer: nobody to answer it to either
         report = socket.socket(fileno=fds[-1])
         try:
-            request = _request_decoder.decode(data)
-        except msgspec.DecodeError as exc:
+            request = decode_fork(FORK_REQUEST_DECODER, data)
+        except RemoteProtocolError as exc:
             for fd in fds[:-1]:
                 os.close(fd)
             _send(report, Failed(f"bad request: {exc}"))
@@ -360,7 +311,7 @@ class _Zygote:
         for pid, status, utime, stime, maxrss, session in reaped:
             runner = self.runners.get(pid)
             if runner is not None and runner.pid1 is None and not runner.detached:
-                detached = os.WIFEXITED(status) and os.WEXITSTATUS(status) == _EXIT_DETACHED
+                detached = os.WIFEXITED(status) and os.WEXITSTATUS(status) == RunnerExit.DETACHED
                 if runner.confined and detached:
                     self._detached(pid, runner)
                     continue
@@ -453,7 +404,7 @@ class _Unwind(BaseException):
 def _child(job: _Job) -> NoReturn:
     """In the forked child, out of the zygote's frames: become the run's runner (see the
     module docstring)."""
-    status = EXIT_CHILD_SETUP
+    status: int = RunnerExit.CHILD_SETUP
     try:
         from . import _main
 
@@ -615,5 +566,5 @@ def _start(args: list[str]) -> _Job:
     except OSError as exc:
         if exc.errno != errno.EINTR:
             sys.stderr.write(f"runner: the zygote could not start: {exc}\n")
-        os._exit(70)
+        os._exit(RunnerExit.CHILD_SETUP)
     return job

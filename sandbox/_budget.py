@@ -10,7 +10,7 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from protocol import DEFAULT_MAX_INFLIGHT
-from runner._namespaces import DEFAULT_DISK_BYTES
+from runner import DEFAULT_DISK_BYTES
 
 from ._errors import BudgetError
 

@@ -111,20 +111,21 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _doctor(as_json: bool) -> int:
-    from runner import _landlock, _namespaces, _seccomp
+    from runner import probe_walls
 
     from . import _uid
     from ._levels import confinement_gaps, unenforceable
     from ._reaper import cgroup_support
 
-    namespaces = _namespaces.probe()
+    walls = probe_walls()
+    namespaces = walls.namespaces
     # Who a confined program is on the host: a uid of its own (None), or why not.
     own_uid = _uid.usable()
     report = {
         "namespaces": namespaces,
         "own_uid_per_run": own_uid,
-        "landlock_abi": _landlock.abi_version(),
-        "seccomp": _seccomp.supported(),
+        "landlock_abi": walls.landlock_abi,
+        "seccomp": walls.seccomp,
         "cgroups": cgroup_support(),
         "levels": {
             level.value: {
@@ -144,9 +145,9 @@ def _doctor(as_json: bool) -> int:
     print("namespaces:")
     for name, reason in namespaces.items():
         print(f"  {name:8} {yes(reason)}")
-    abi = _landlock.abi_version()
+    abi = walls.landlock_abi
     print(f"landlock:   {'ABI ' + str(abi) if abi else 'no'}")
-    print(f"seccomp:    {yes(_seccomp.supported())}")
+    print(f"seccomp:    {yes(walls.seccomp)}")
     print("cgroups:")
     for name, reason in cgroup_support().items():
         print(f"  {name:8} {yes(reason)}")
@@ -154,8 +155,8 @@ def _doctor(as_json: bool) -> int:
         gaps = unenforceable(level)
         print(f"level {level.value}:")
         if level is Level.CONFINED:
-            walls = confinement_gaps()
-            print(f"  available: {yes('; '.join(f'{k}: {v}' for k, v in walls.items()) or None)}")
+            missing = confinement_gaps()
+            print(f"  available: {yes('; '.join(f'{k}: {v}' for k, v in missing.items()) or None)}")
             print(f"  a host uid of its own per run: {yes(own_uid)}")
         if gaps:
             for item, reason in gaps.items():

@@ -24,8 +24,7 @@ import anyio.to_thread
 import msgspec
 
 from protocol import VERSION, Client, FdChannel, Server, Start, StartBudget
-from runner._backends import Outcome
-from runner._backends.python import PythonBackend
+from runner import Outcome, PythonBackend
 
 from ._budget import Budget
 from ._result import RunResult, program_failure

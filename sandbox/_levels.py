@@ -120,18 +120,9 @@ def confinement_gaps() -> dict[str, str]:
     Empty when the level is available. Probed once per process (namespaces are tried in a
     throwaway child).
     """
-    from runner import _landlock, _namespaces, _seccomp
+    from runner import probe_walls
 
-    gaps: dict[str, str] = {}
-    for name, reason in _namespaces.probe().items():
-        if reason is not None:
-            gaps[f"{name} namespace"] = reason
-    abi = _landlock.abi_version()
-    if abi < 1:
-        gaps["landlock"] = "the kernel has no Landlock (or it is disabled)"
-    seccomp = _seccomp.supported()
-    if seccomp is not None:
-        gaps["seccomp"] = seccomp
+    gaps = probe_walls().gaps()
     if not cgroups_usable():
         gaps["cgroups"] = "per-run cgroups cannot be made: no survivors cannot be guaranteed"
     return gaps

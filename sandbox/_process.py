@@ -46,6 +46,7 @@ from protocol import (
     LocalProtocolError,
     RemoteProtocolError,
     Result,
+    RunnerExit,
     Server,
     Start,
     StartBudget,
@@ -72,8 +73,6 @@ _CLEANUP_DEADLINE: Final = 10.0
 #: CPU time (all CPUs together) the run may use past ``max_cpu`` before it is killed: the
 #: CPU watcher's shortest sleep, times the number of CPUs.
 _CPU_SLACK: Final = 0.02
-#: The runner's exit status when it could not put up the confined level's walls.
-_EXIT_NOT_CONFINED: Final = 4
 
 
 @dataclass
@@ -245,7 +244,7 @@ class _Run:
         stderr = _Output(self.budget.max_output)
         with anyio.move_on_after(_GRACE):
             await stderr.drain(err_ch)
-        confinement = self._exit_code() == _EXIT_NOT_CONFINED
+        confinement = self._exit_code() == RunnerExit.NOT_CONFINED
         return RunResult(
             ok=False,
             kind=Kind.DENIED if confinement else Kind.UNKNOWN,
@@ -395,7 +394,7 @@ class _Run:
             fields = program_failure(result.kind, result.error, result.value, limit_seen=limit_seen)
             if fields["kind"] is Kind.LIMIT and self.memory_hit:
                 fields["cause"] = "memory"
-            if self._exit_code() == _EXIT_NOT_CONFINED:
+            if self._exit_code() == RunnerExit.NOT_CONFINED:
                 fields["cause"] = "confinement"
             if self.disk_hit and fields["kind"] in (Kind.RAISED, Kind.UNKNOWN):
                 # Decided here, from the host's own look at the run's file system (what

@@ -20,7 +20,7 @@ none of our business). Three ways to get a child (:class:`Spawn`):
 
 Whichever way, a child is prepared the same way (:class:`Child`): the host makes the run's
 working directory, its cgroups (no limits yet), its pipes and its report socket, and sends
-them with a :class:`~runner._zygote.ForkRequest`. The child joins the cgroups, puts up the
+them with a :class:`~protocol.ForkRequest`. The child joins the cgroups, puts up the
 confined level's walls if asked, and writes ``ready``; then the host sets the run's limits
 (cgroup limits, rlimits on every process of the run) and only then sends the Start. No
 child ever serves two runs: a runner exits after its one Result.
@@ -59,18 +59,22 @@ from typing import Final, Self
 import anyio
 import msgspec
 
-from runner._namespaces import DEFAULT_DISK_BYTES, default_disk_files
-from runner._zygote import (
+from protocol import (
     CGROUP_PREFIX,
     FD_NAMES,
+    MAX_FORK_MESSAGE,
+    REPORT_DECODER,
     WORKDIR_PREFIX,
+    ConfineRequest,
     Exited,
     Failed,
     Forked,
     ForkRequest,
     Moved,
-    report_decoder,
+    RemoteProtocolError,
+    decode_fork,
 )
+from runner import DEFAULT_DISK_BYTES, default_disk_files
 
 from . import _uid
 from ._errors import SpawnFailed
@@ -81,11 +85,9 @@ __all__ = ["WORKDIR_PREFIX", "Child", "Pool", "Spawn", "acquire", "shutdown", "z
 _ROOT: Final = Path(__file__).resolve().parent.parent
 _MSGSPEC_DIR: Final = Path(msgspec.__file__).resolve().parent.parent
 _PATHS: Final = [str(_ROOT), str(_MSGSPEC_DIR)]
-_RUNNER_BOOT: Final = (
-    f"import sys; sys.path[:0] = {_PATHS!r}; from runner._main import main; main()"
-)
+_RUNNER_BOOT: Final = f"import sys; sys.path[:0] = {_PATHS!r}; from runner import main; main()"
 _ZYGOTE_BOOT: Final = (
-    f"import sys; sys.path[:0] = {_PATHS!r}; from runner._zygote import main; main()"
+    f"import sys; sys.path[:0] = {_PATHS!r}; from runner import zygote_main; zygote_main()"
 )
 #: The call channel's pipe buffers: large enough for a big result to move in few reads.
 _PIPE_BYTES: Final = 1 << 20
@@ -149,19 +151,19 @@ def _confine_request(workdir: str, uid: int | None, disk_bytes: int | None) -> s
     :func:`_interpreter_files`). ``uid``: the run's leased host id (uid and gid), on a
     root host. ``disk_bytes``: the size of the run's file system (None: no bound).
     """
-    request: dict[str, object] = {
-        "workdir": workdir,
-        "import_paths": [
+    request = ConfineRequest(
+        workdir=workdir,
+        import_paths=(
             str(_ROOT / "protocol"),
             str(_ROOT / "runner"),
             str(_MSGSPEC_DIR / "msgspec"),
             *_interpreter_files(),
-        ],
-        "disk_bytes": disk_bytes,
-        "disk_files": _disk_files(disk_bytes),
-    }
-    if uid is not None:
-        request.update(host_uid=uid, host_gid=uid)
+        ),
+        disk_bytes=disk_bytes,
+        disk_files=_disk_files(disk_bytes),
+        host_uid=uid,
+        host_gid=uid,
+    )
     return msgspec.json.encode(request).decode()
 
 
@@ -189,12 +191,12 @@ class _Zygote:
         self.retired = False
         try:
             control.settimeout(_ZYGOTE_TIMEOUT)
-            hello = report_decoder.decode(control.recv(4096))
+            hello = decode_fork(REPORT_DECODER, control.recv(MAX_FORK_MESSAGE))
             if not isinstance(hello, Forked):
                 raise ValueError(f"unexpected hello {hello!r}")
             self.pid = hello.pid
             self.pidfd = os.pidfd_open(self.pid)
-        except (OSError, ValueError, msgspec.DecodeError) as exc:
+        except (OSError, ValueError, RemoteProtocolError) as exc:
             self.close()
             raise SpawnFailed(f"the zygote did not start: {exc}") from exc
         control.settimeout(5.0)
@@ -430,7 +432,7 @@ class Child:
         while self.exited is None and not self.zygote_lost:
             try:
                 # (The socket is non-blocking: Python 3.11's recv_fds drops its flags.)
-                data, received, _, _ = socket.recv_fds(self.report, 4096, 1)
+                data, received, _, _ = socket.recv_fds(self.report, MAX_FORK_MESSAGE, 1)
             except BlockingIOError:
                 return
             except OSError:
@@ -446,8 +448,8 @@ class Child:
                 self.zygote_lost = True  # the zygote died: the child lives on, unreported
                 return
             try:
-                report = report_decoder.decode(data)
-            except msgspec.DecodeError:
+                report = decode_fork(REPORT_DECODER, data)
+            except RemoteProtocolError:
                 self.zygote_lost = True
                 return
             if isinstance(report, Forked):

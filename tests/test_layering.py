@@ -76,3 +76,47 @@ def test_all_is_complete_and_importable() -> None:
     """Every name in protocol.__all__ resolves, lazily loaded ones included."""
     for name in protocol.__all__:
         assert getattr(protocol, name) is not None, name
+
+
+SANDBOX = ROOT / "sandbox"
+
+
+def _from_imports(path: Path) -> list[tuple[str, list[str], int]]:
+    """Every absolute ``import``/``from ... import`` of ``path``: (module, names, line)."""
+    found: list[tuple[str, list[str], int]] = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.extend((alias.name, [], node.lineno) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.append((node.module, [alias.name for alias in node.names], node.lineno))
+    return found
+
+
+@pytest.mark.parametrize(
+    "path", sorted(SANDBOX.rglob("*.py")), ids=lambda p: str(p.relative_to(ROOT))
+)
+def test_sandbox_uses_only_what_runner_and_protocol_export(path: Path) -> None:
+    """The host-runner contract is public: ``sandbox`` imports no private module of
+    ``runner`` or ``protocol``, and only names in their ``__all__``."""
+    import runner
+
+    exported = {"runner": set(runner.__all__), "protocol": set(protocol.__all__)}
+    wrong: list[str] = []
+    for module, names, line in _from_imports(path):
+        top = module.split(".")[0]
+        if top not in exported:
+            continue
+        if module != top:
+            wrong.append(f"line {line}: imports the module {module}")
+        wrong.extend(
+            f"line {line}: {name} is not in {top}.__all__"
+            for name in names
+            if name not in exported[top]
+        )
+    assert wrong == []
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "runner").rglob("*.py")), ids=lambda p: p.name)
+def test_runner_never_imports_sandbox(path: Path) -> None:
+    """The child never depends on the host's package."""
+    assert "sandbox" not in {module.split(".")[0] for module, _, _ in _from_imports(path)}

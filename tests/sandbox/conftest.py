@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from runner._zygote import CGROUP_PREFIX
+from protocol import CGROUP_PREFIX
 from sandbox import Pool, Spawn, _api, _supervisor
 from sandbox._reaper import _CONTROLLERS, _OPTIONAL, _base
 
@@ -64,7 +64,7 @@ def run_processes() -> list[psutil.Process]:
             cmdline = ""  # a dead process nobody has reaped: it counts
         except psutil.Error:
             continue  # gone
-        if "runner._main" in cmdline or "runner._zygote" in cmdline or not cmdline:
+        if "from runner import" in cmdline or not cmdline:
             found.append(proc)
     return found
 

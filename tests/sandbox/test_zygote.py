@@ -198,7 +198,7 @@ async def test_a_child_that_cannot_start_says_why(
 ) -> None:
     """A forked child that fails before its stderr is in place (here: its cgroup cannot be
     joined) tells the host why on its ready pipe, instead of ending silently."""
-    from runner._zygote import ForkRequest as real
+    from protocol import ForkRequest as real
 
     def unjoinable(**fields: object) -> object:
         fields["cgroups"] = ("/nonexistent-cgroup-of-this-test/cgroup.procs",)

@@ -17,7 +17,7 @@ import anyio
 import pytest
 
 import sandbox
-from runner._zygote import CGROUP_PREFIX
+from protocol import CGROUP_PREFIX
 from sandbox import Budget, Level, Spawn, Tool, _supervisor
 from sandbox._reaper import _CONTROLLERS, _base
 
@@ -113,7 +113,7 @@ def walk(hex_needles, hex_pids):
                 suspects.append((obj, where(obj)))
             continue
         refs = gc.get_referents(obj)
-        if kind.__module__ == "runner._zygote" and kind.__name__ in BOOKKEEPING:
+        if kind.__module__ in ("runner._zygote", "protocol._fork") and kind.__name__ in BOOKKEEPING:
             found.append(f"the zygote's {kind.__name__} in {where(obj)}")
         if kind is dict:
             refs += obj
