@@ -39,8 +39,8 @@ On a 2-vCPU VM a cross-CPU wake-up costs ~30 µs, which matters for 1000 round t
 pinned, a child's start-up cannot overlap the parent's own work.
 
 Where the time goes (``--breakdown-runs``): after the rounds, a few runs with timestamps,
-for each of :data:`BREAKDOWN_CELLS`. Functions of :mod:`sandbox._process` and
-:mod:`sandbox._supervisor` are wrapped, for that pass only (never in the timed rounds), to
+for each of :data:`BREAKDOWN_CELLS`. Functions of :mod:`sandbox._engine._process` and
+:mod:`sandbox._children._supervisor` are wrapped, for that pass only (never in the timed rounds), to
 stamp the child's arrival and readiness, the Start sent, the Result received (the runner
 writes nothing before its Result, so that is also its first byte) and the clean-up;
 the program itself returns the child's ``perf_counter_ns`` (CLOCK_MONOTONIC, the same
@@ -74,11 +74,11 @@ import msgspec
 import psutil
 
 import sandbox
-import sandbox._levels
-import sandbox._process as sandbox_process
-import sandbox._supervisor as sandbox_supervisor
+import sandbox._children._supervisor as sandbox_supervisor
+import sandbox._engine._levels
+import sandbox._engine._process as sandbox_process
 from protocol import Starter
-from sandbox._reaper import CgroupSet
+from sandbox._children._reaper import CgroupSet
 
 from ._machine import changed_sources, environment, git_head
 from .bench_wire import summarize
@@ -494,7 +494,7 @@ class _ModuleProxy:
 
 @contextlib.contextmanager
 def instrumented() -> Iterator[None]:
-    """Stamp the steps of :func:`sandbox._process.run_process` (breakdown pass only)."""
+    """Stamp the steps of :func:`sandbox._engine._process.run_process` (breakdown pass only)."""
     patches = _Patches()
     real_starter = Starter
     run_cls: Any = sandbox_process._Run
@@ -972,7 +972,7 @@ def main(argv: list[str] | None = None) -> None:
     cells = make_cells(backends)
     meta = environment(args)
     meta["git"] = git_head(ROOT)
-    meta["cgroups_usable"] = sandbox._levels.cgroups_usable()
+    meta["cgroups_usable"] = sandbox._engine._levels.cgroups_usable()
     print(
         f"levels benchmark: {rounds} rounds x pins {'/'.join(pins)} x {len(cells)} cells "
         f"({sizes.runs} trivial/spawn runs, {sizes.call_runs} runs of each call program per "

@@ -27,7 +27,8 @@ import anyio
 import msgspec
 
 import sandbox
-from sandbox import Budget, Level, RunResult, Spawn, _supervisor
+from sandbox import Budget, Level, RunResult, Spawn
+from sandbox._children import _supervisor
 
 from ._machine import environment, git_head
 

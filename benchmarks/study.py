@@ -87,8 +87,8 @@ from rich.progress import (
 )
 
 import sandbox
-import sandbox._levels
-import sandbox._supervisor
+import sandbox._children._supervisor
+import sandbox._engine._levels
 
 from ._machine import ROOT, changed_sources, environment, git_head
 from .bench_levels import _KILLED, ECHO, SPAWNS, children_left, pstats, spawn_batch
@@ -377,7 +377,7 @@ def _rotated(items: Sequence[str], shift: int) -> list[str]:
 @contextlib.asynccontextmanager
 async def _pools(levels: Sequence[str], size: int, limit: float) -> Any:
     """A :class:`sandbox.Pool` of ``size`` per level, filled and ready; closed on exit."""
-    use_cgroups = sandbox._levels.cgroups_usable()
+    use_cgroups = sandbox._engine._levels.cgroups_usable()
     async with contextlib.AsyncExitStack() as stack:
         pools: dict[str, sandbox.Pool] = {}
         for level in levels:
@@ -765,7 +765,7 @@ def bare_interpreter_memory(timeout: float) -> dict[str, int]:
 
 
 def _zygote_descendants() -> set[int]:
-    pid = sandbox._supervisor.zygote_pid()
+    pid = sandbox._children._supervisor.zygote_pid()
     if pid is None:
         return set()
     try:
@@ -837,7 +837,7 @@ async def measure_memory(rec: Recorder, sizes: Sizes) -> dict[str, Any]:
                     rec.fail("memory", f"idle/{level}", i, describe(exc))
                 rec.advance(f"memory/idle/{level}")
         try:
-            zpid = sandbox._supervisor.zygote_pid()
+            zpid = sandbox._children._supervisor.zygote_pid()
             if zpid is None:
                 raise RuntimeError("no zygote is running")
             zygote = process_memory(zpid)
@@ -1050,7 +1050,7 @@ def run_study(
     """
     meta = environment(argv, extra_packages=("rich", "matplotlib"))
     meta["git"] = git_head(ROOT)
-    meta["cgroups_usable"] = sandbox._levels.cgroups_usable()
+    meta["cgroups_usable"] = sandbox._engine._levels.cgroups_usable()
     meta["confinement_gaps"] = {str(k): str(v) for k, v in sandbox.confinement_gaps().items()}
     columns = (
         TextColumn("{task.description:<28}"),
@@ -1066,7 +1066,7 @@ def run_study(
         try:
             measured = anyio.run(_measure, rec, sizes, concurrency, backend=backend)
         finally:
-            sandbox._supervisor.shutdown()
+            sandbox._children._supervisor.shutdown()
     wall = time.perf_counter() - t0
     meta["loadavg_at_end"] = list(os.getloadavg())
     meta["wall_seconds"] = round(wall, 2)

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from protocol import CallError, Kind
 
-from ._api import run, run_sync
 from ._budget import DEFAULTS, Budget
+from ._children import Pool, Spawn
+from ._engine import Level, Tool, Toolset, confinement_gaps, run, run_sync, tool, unenforceable
 from ._errors import (
     BudgetError,
     BudgetUnsupported,
@@ -20,10 +21,7 @@ from ._errors import (
     SpawnFailed,
     ToolError,
 )
-from ._levels import Level, confinement_gaps, unenforceable
 from ._result import RunResult
-from ._supervisor import Pool, Spawn
-from ._tools import Tool, Toolset, tool
 
 __all__ = [
     "DEFAULTS",

@@ -120,3 +120,121 @@ def test_sandbox_uses_only_what_runner_and_protocol_export(path: Path) -> None:
 def test_runner_never_imports_sandbox(path: Path) -> None:
     """The child never depends on the host's package."""
     assert "sandbox" not in {module.split(".")[0] for module, _, _ in _from_imports(path)}
+
+
+#: sandbox's layers, bottom up: each module imports only from its own layer and those
+#: below, and from another folder only through that folder's package (its face).
+LAYERS: dict[str, int] = {
+    "_errors": 0,
+    "_budget": 0,
+    "_result": 0,
+    "_text": 0,
+    "_children": 1,
+    "_engine": 2,
+    "plane": 3,
+    "agent": 4,
+    "_commands": 5,
+}
+
+
+def _sandbox_module(path: Path) -> list[str]:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return parts[:-1] if parts[-1] == "__init__" else parts
+
+
+def _sandbox_imports(path: Path) -> list[tuple[list[str], int]]:
+    """The sandbox modules ``path`` imports, as absolute parts, with their line numbers."""
+    here = _sandbox_module(path)
+    package = here if path.name == "__init__.py" else here[:-1]
+    found: list[tuple[list[str], int]] = []
+    tree = ast.parse(path.read_text(), str(path))
+    typing_only = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for inner in ast.walk(node)
+    }
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue  # for the type checker only: never imported at run time
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - node.level + 1]
+                target = base + (node.module.split(".") if node.module else [])
+            elif node.module and node.module.split(".")[0] == "sandbox":
+                target = node.module.split(".")
+            else:
+                continue
+            if node.module is None:  # from . import name: the names are modules
+                found.extend(([*target, alias.name], node.lineno) for alias in node.names)
+            else:
+                found.append((target, node.lineno))
+        elif isinstance(node, ast.Import):
+            found.extend(
+                (alias.name.split("."), node.lineno)
+                for alias in node.names
+                if alias.name.split(".")[0] == "sandbox"
+            )
+    return found
+
+
+def _layer(parts: list[str]) -> int | None:
+    return LAYERS.get(parts[1]) if len(parts) > 1 else None
+
+
+@pytest.mark.parametrize(
+    "path", sorted(SANDBOX.rglob("*.py")), ids=lambda p: str(p.relative_to(ROOT))
+)
+def test_sandbox_imports_only_its_own_layer_and_those_below(path: Path) -> None:
+    here = _sandbox_module(path)
+    mine = _layer(here)
+    if mine is None:  # the package's face and __main__: on top of everything
+        return
+    wrong: list[str] = []
+    for target, line in _sandbox_imports(path):
+        theirs = _layer(target)
+        if theirs is None:
+            wrong.append(f"line {line}: {'.'.join(target)} is the package's face")
+        elif theirs > mine:
+            wrong.append(f"line {line}: {'.'.join(target)} is a layer above")
+        elif target[1] != here[1] and len(target) > 2 and target[2] != "__init__":
+            wrong.append(f"line {line}: {'.'.join(target)} is inside another folder")
+    assert wrong == []
+
+
+def test_sandbox_has_no_import_circle() -> None:
+    """No module of sandbox imports, directly or not, one that imports it (lazy imports
+    inside functions included)."""
+    graph: dict[str, set[str]] = {}
+    modules = {".".join(_sandbox_module(p)): p for p in SANDBOX.rglob("*.py")}
+    for name, path in modules.items():
+        edges = graph.setdefault(name, set())
+        for target, _ in _sandbox_imports(path):
+            for size in range(len(target), 0, -1):  # the longest prefix that is a module
+                candidate = ".".join(target[:size])
+                if candidate in modules and candidate != name:
+                    edges.add(candidate)
+                    break
+    # A package imports its own modules to re-export them: those edges do not make a
+    # circle of meaning, so they are dropped.
+    for name in graph:
+        graph[name] = {t for t in graph[name] if not t.startswith(name + ".")}
+    seen: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        seen[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if seen.get(nxt) == 1:
+                circles.append([*stack[stack.index(nxt) :], nxt])
+            elif nxt not in seen:
+                visit(nxt)
+        stack.pop()
+        seen[node] = 2
+
+    for node in sorted(graph):
+        if node not in seen:
+            visit(node)
+    assert circles == []

@@ -54,7 +54,7 @@ from ._program import ProgramTool
 from ._set import ALLOW, Batch, Decision, Policy, Set, deny
 
 if TYPE_CHECKING:
-    from ._auth import BearerToken, JwtVerifier, OAuth
+    from ._auth import BearerToken, JwtVerifier, OAuth, read_token
     from ._remote import KEEPALIVE, Dialer, Remote, http, stdio
     from ._serve import SESSION_IDLE, ExecutorServer
 
@@ -63,6 +63,7 @@ _LAZY = {
     "BearerToken": "_auth",
     "JwtVerifier": "_auth",
     "OAuth": "_auth",
+    "read_token": "_auth",
     "KEEPALIVE": "_remote",
     "Dialer": "_remote",
     "Remote": "_remote",
@@ -139,5 +140,6 @@ __all__ = [
     "Unreachable",
     "deny",
     "http",
+    "read_token",
     "stdio",
 ]

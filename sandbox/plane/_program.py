@@ -10,11 +10,10 @@ import msgspec
 
 from protocol import CallError, Kind
 
-from .._api import run
 from .._budget import Budget
-from .._levels import Level
-from .._supervisor import Pool, Spawn
-from .._tools import Tool as HostTool
+from .._children import Pool, Spawn
+from .._engine import Level, run
+from .._engine import Tool as HostTool
 from ._model import (
     Annotations,
     Call,

@@ -15,7 +15,7 @@ import anyio
 import pytest
 
 from sandbox import Budget, confinement_gaps, plane
-from sandbox._cli import main
+from sandbox._commands._main import main
 from sandbox.agent import Agent, ContextWindow, OpenAICaller, PlaneTools
 
 from .scripted import ScriptedServer, reply
@@ -251,7 +251,7 @@ def test_the_terminal_escapes_what_the_model_and_the_tools_wrote() -> None:
     """Live steps show control and bidirectional characters escaped, never raw."""
     import io
 
-    from sandbox.agent._command import Terminal
+    from sandbox._commands._agent import Terminal
     from sandbox.agent._types import ToolCall
 
     out = io.StringIO()

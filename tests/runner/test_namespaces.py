@@ -38,7 +38,7 @@ import psutil
 import pytest
 
 from runner._namespaces import ConfineSpec, _plan, probe, python_read_only
-from sandbox import _uid
+from sandbox._children import _uid
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="namespaces are Linux's"
@@ -98,7 +98,7 @@ class Box:
     """Runs attack code in a confined child; the view's working directory is ``work``.
 
     On a root host the program runs as ``host_id`` (uid and gid), leased as the host
-    leases a run's (:mod:`sandbox._uid`); an unprivileged host's is its own.
+    leases a run's (:mod:`sandbox._children._uid`); an unprivileged host's is its own.
     """
 
     tmp_path: Path

@@ -13,8 +13,10 @@ import psutil
 import pytest
 
 from protocol import CGROUP_PREFIX
-from sandbox import Pool, Spawn, _api, _supervisor
-from sandbox._reaper import _CONTROLLERS, _OPTIONAL, _base
+from sandbox import Pool, Spawn
+from sandbox._children import _supervisor
+from sandbox._children._reaper import _CONTROLLERS, _OPTIONAL, _base
+from sandbox._engine import _api
 
 SPAWN_MODES = [Spawn.COLD, Spawn.ZYGOTE, Spawn.POOL]
 

@@ -173,7 +173,7 @@ async def test_an_item_the_level_cannot_enforce_is_refused_before_spawning(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """On a host without a memory cgroup, asking for max_memory is refused, never ignored."""
-    import sandbox._levels as levels
+    import sandbox._engine._levels as levels
 
     monkeypatch.setattr(levels, "_process_gaps", lambda: {"max_memory": "no memory cgroup"})
     with pytest.raises(BudgetUnsupported, match="max_memory") as info:

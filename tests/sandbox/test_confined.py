@@ -23,7 +23,8 @@ import psutil
 import pytest
 
 import sandbox
-from sandbox import Budget, Kind, Level, RunResult, _supervisor, _uid
+from sandbox import Budget, Kind, Level, RunResult
+from sandbox._children import _supervisor, _uid
 from tests.executables import EXIT_CODE, euid_probe, exit_probe, needs_x86_64
 
 pytestmark = [
@@ -258,7 +259,7 @@ def test_doctor_reports_what_this_host_provides() -> None:
 
 async def test_confined_refuses_to_run_without_every_wall(monkeypatch: pytest.MonkeyPatch) -> None:
     """On a host missing a wall, confined refuses (naming it) instead of running with fewer."""
-    import sandbox._api as api
+    import sandbox._engine._api as api
 
     monkeypatch.setattr(api, "confinement_gaps", lambda: {"landlock": "no Landlock here"})
     with pytest.raises(sandbox.ConfinementUnavailable, match="landlock") as info:

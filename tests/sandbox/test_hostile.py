@@ -8,7 +8,9 @@ import psutil
 import pytest
 
 import sandbox
-from sandbox import Budget, Kind, Level, RunResult, _levels, _reaper
+from sandbox import Budget, Kind, Level, RunResult
+from sandbox._children import _reaper
+from sandbox._engine import _levels
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("spawn")]
 

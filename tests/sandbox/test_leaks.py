@@ -29,7 +29,7 @@ def echo(n: int) -> int:
 
 def settle() -> None:
     """Let a pool finish its refills (each run asks for one in the background)."""
-    pool = sandbox._api._DEFAULT_SPAWN
+    pool = sandbox._engine._api._DEFAULT_SPAWN
     if isinstance(pool, Pool):
         assert pool.wait_full(30)
 
@@ -152,7 +152,7 @@ ORPHANS = (
 async def test_without_cgroups_the_process_tree_is_killed(monkeypatch: pytest.MonkeyPatch) -> None:
     """On a host without cgroups the runner lingers as the subreaper of what the program
     left, and the host kills that tree: a grandchild in a session of its own is gone too."""
-    monkeypatch.setattr(sandbox._api, "cgroups_usable", lambda: False)
+    monkeypatch.setattr(sandbox._engine._api, "cgroups_usable", lambda: False)
     result = await sandbox.run(ORPHANS, budget=Budget(wall_clock=30.0))
     assert (result.ok, result.value) == (True, "done"), result.error
     settle()  # (a pool's replacement for the child may be on its way: not a leftover)

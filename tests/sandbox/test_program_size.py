@@ -10,8 +10,8 @@ import pytest
 
 import sandbox
 from protocol import MAX_FRAME_BYTES, Kind
-from sandbox import _process
-from sandbox._cli import main
+from sandbox._commands._main import main
+from sandbox._engine import _process
 
 #: A program whose JSON in the Start frame is over the cap by a little.
 TOO_LARGE = "x = 1\n#" + "a" * MAX_FRAME_BYTES + "\nx"
@@ -27,7 +27,7 @@ async def test_a_program_over_the_frame_cap_is_refused_before_a_child_is_made(
     level: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(_process, "acquire", _no_spawn)
-    if level == "confined" and sandbox._levels.confinement_gaps():
+    if level == "confined" and sandbox._engine._levels.confinement_gaps():
         pytest.skip("no confined level on this host")
     result = await sandbox.run(TOO_LARGE, level=level)
     assert not result.ok

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 import sandbox
-from sandbox import Budget, Level, _stack
+from sandbox import Budget, Level
+from sandbox._children import _stack
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("spawn")]
 

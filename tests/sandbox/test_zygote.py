@@ -17,8 +17,9 @@ import psutil
 import pytest
 
 import sandbox
-from sandbox import Budget, Level, Pool, Spawn, _supervisor
-from sandbox._reaper import _CONTROLLERS, _base
+from sandbox import Budget, Level, Pool, Spawn
+from sandbox._children import _supervisor
+from sandbox._children._reaper import _CONTROLLERS, _base
 
 from .conftest import run_processes
 
@@ -126,8 +127,8 @@ async def test_pool_and_spawn_arguments_are_checked() -> None:
 HOST = textwrap.dedent(
     """
     import os, sys, tempfile, anyio, sandbox
-    from sandbox._levels import cgroups_usable
-    from sandbox._reaper import CgroupSet
+    from sandbox._engine._levels import cgroups_usable
+    from sandbox._children._reaper import CgroupSet
     async def main():
         pool = sandbox.Pool(size=2)
         assert (await sandbox.run("1", spawn=pool)).ok

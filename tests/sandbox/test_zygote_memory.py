@@ -18,8 +18,9 @@ import pytest
 
 import sandbox
 from protocol import CGROUP_PREFIX
-from sandbox import Budget, Level, Spawn, Tool, _supervisor
-from sandbox._reaper import _CONTROLLERS, _base
+from sandbox import Budget, Level, Spawn, Tool
+from sandbox._children import _supervisor
+from sandbox._children._reaper import _CONTROLLERS, _base
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("spawn")]
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox._cli import main
+from sandbox._commands._main import main
 
 SERVED = str(Path(__file__).parent / "served.py")
 

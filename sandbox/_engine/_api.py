@@ -7,13 +7,13 @@ from typing import Any
 
 import anyio
 
-from ._budget import Budget
-from ._errors import ConfinementUnavailable
+from .._budget import Budget
+from .._children import Pool, Spawn
+from .._errors import ConfinementUnavailable
+from .._result import RunResult
 from ._inprocess import run_in_process
 from ._levels import Level, applied_budget, cgroups_usable, confinement_gaps
 from ._process import run_process
-from ._result import RunResult
-from ._supervisor import Pool, Spawn
 from ._tools import Tool, Toolset
 
 __all__ = ["run", "run_sync"]

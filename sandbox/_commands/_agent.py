@@ -16,21 +16,26 @@ import anyio.to_thread
 import msgspec
 
 from .. import plane
+from .._engine import Level, confinement_gaps
 from .._errors import ConfinementUnavailable, SandboxError
-from .._levels import Level, confinement_gaps
 from .._text import printable
-from ._hooks import Approval, Events, Grant, Verdict
-from ._loop import Agent, TrajectoryStore
-from ._types import (
+from ..agent import (
+    Agent,
     AgentResult,
+    Approval,
     CompactionResult,
+    Events,
     FillCheck,
+    Grant,
     ModelError,
     Paused,
     Step,
     ToolCall,
+    TrajectoryStore,
+    Verdict,
+    VerifyResult,
 )
-from ._verify import VerifyResult
+from ._options import DEFAULT_TIMEOUT, budget_from, budget_options, level_option, tool_objects
 
 __all__ = ["add_agent_parser", "agent", "read_trajectory"]
 
@@ -175,7 +180,6 @@ class Asker:
 
 
 def add_agent_parser(sub: Any) -> None:
-    from .._cli import budget_options
 
     a = sub.add_parser(
         "agent",
@@ -199,13 +203,8 @@ def add_agent_parser(sub: Any) -> None:
     a.add_argument("--max-steps", type=int, default=25, help="step budget (default: 25)")
     a.add_argument("--context-tokens", type=int, default=32768, help="the model's context window")
     a.add_argument("--output-tokens", type=int, default=4096, help="the most a response may be")
-    a.add_argument(
-        "--level",
-        choices=[lv.value for lv in Level if lv is not Level.IN_PROCESS],
-        default=Level.CONFINED.value,
-        help="the level programs run at (default: %(default)s)",
-    )
-    budget_options(a, default_timeout="per program; default: 30")
+    level_option(a, default=Level.CONFINED, child_levels_only=True)
+    budget_options(a, default_timeout=f"per program; default: {DEFAULT_TIMEOUT:g}")
     a.add_argument("--deny", action="append", default=[], metavar="TOOL", help="refuse TOOL")
     a.add_argument("--approve", action="store_true", help="ask before every tool call")
     a.add_argument("--trajectory", type=Path, help="write the steps here as JSONL")
@@ -221,12 +220,8 @@ def add_agent_parser(sub: Any) -> None:
 
 
 def agent(args: argparse.Namespace) -> int:
-    from .._cli import budget_from, tool_objects
-    from ..plane._command import tools_from
-    from ._callers import DumpCaller
-    from ._context import ContextWindow
-    from ._openai import OpenAICaller
-    from ._tools import PlaneTools
+    from ..agent import ContextWindow, DumpCaller, OpenAICaller, PlaneTools
+    from ._serve import tools_from
 
     try:
         if not args.task and args.resume is None:

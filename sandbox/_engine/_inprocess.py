@@ -26,8 +26,8 @@ import msgspec
 from protocol import VERSION, Client, FdChannel, Server, Start, StartBudget
 from runner import Outcome, PythonBackend
 
-from ._budget import Budget
-from ._result import RunResult, program_failure
+from .._budget import Budget
+from .._result import RunResult, program_failure
 from ._tools import Toolset
 
 __all__ = ["run_in_process"]

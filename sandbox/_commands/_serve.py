@@ -10,13 +10,19 @@ from typing import Any
 import anyio
 
 from .._budget import Budget
+from .._children import Spawn
+from .._engine import Level, confinement_gaps
+from .._engine import Tool as HostTool
 from .._errors import ConfinementUnavailable, SandboxError
-from .._levels import Level, confinement_gaps
-from .._supervisor import Spawn
-from .._tools import Tool as HostTool
-from ._function import FunctionTool
-from ._model import Descriptor, Tool
-from ._program import ProgramTool
+from ..plane import Descriptor, FunctionTool, ProgramTool, Tool
+from ._options import (
+    DEFAULT_TIMEOUT,
+    budget_from,
+    budget_options,
+    level_option,
+    spawn_option,
+    tool_objects,
+)
 
 __all__ = ["add_serve_parser", "serve", "tools_from"]
 
@@ -24,8 +30,6 @@ EXIT_OK, EXIT_SANDBOX = 0, 4
 
 
 def add_serve_parser(sub: Any) -> None:
-    from .._cli import budget_options
-
     s = sub.add_parser(
         "serve",
         help="serve an executor (the sandbox as a tool, and host tools) over MCP",
@@ -37,19 +41,9 @@ def add_serve_parser(sub: Any) -> None:
         "to start without a bearer token (--token-file, --token-env) or OAuth "
         "(--oauth-issuer, --oauth-jwks).",
     )
-    s.add_argument(
-        "--level",
-        choices=[lv.value for lv in Level if lv is not Level.IN_PROCESS],
-        default=Level.CONFINED.value,
-        help="the level programs run at (default: %(default)s)",
-    )
-    budget_options(s, default_timeout=f"a ceiling; default: {30:g}")
-    s.add_argument(
-        "--spawn",
-        choices=[mode.value for mode in Spawn],
-        default=Spawn.ZYGOTE.value,
-        help="how children are made (default: %(default)s)",
-    )
+    level_option(s, default=Level.CONFINED, child_levels_only=True)
+    budget_options(s, default_timeout=f"a ceiling; default: {DEFAULT_TIMEOUT:g}")
+    spawn_option(s)
     s.add_argument("--no-program", action="store_true", help="serve the --tools tools only")
     s.add_argument(
         "--http",
@@ -153,9 +147,7 @@ def _address(text: str) -> tuple[str, int]:
 
 
 def serve(args: argparse.Namespace) -> int:
-    from .._cli import budget_from, tool_objects
-    from ._auth import OAuth, read_token
-    from ._serve import ExecutorServer
+    from ..plane import ExecutorServer, OAuth, read_token
 
     try:
         ceilings = budget_from(args)

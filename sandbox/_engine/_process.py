@@ -53,12 +53,10 @@ from protocol import (
     Starter,
 )
 
-from ._budget import Budget, given
-from ._errors import SpawnFailed
-from ._reaper import CgroupSet, kill_tree
-from ._result import RunResult, program_failure
-from ._stack import python_stack
-from ._supervisor import Child, Pool, Spawn, acquire
+from .._budget import Budget, given
+from .._children import CgroupSet, Child, Pool, Spawn, acquire, kill_tree, python_stack
+from .._errors import SpawnFailed
+from .._result import RunResult, program_failure
 from ._tools import Toolset
 
 __all__ = ["run_process"]

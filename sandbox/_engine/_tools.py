@@ -26,7 +26,7 @@ import msgspec
 
 from protocol import CallError, Kind, Request, StartBinding
 
-from ._errors import ToolError
+from .._errors import ToolError
 
 __all__ = ["Tool", "Toolset", "tool"]
 

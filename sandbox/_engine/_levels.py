@@ -5,9 +5,9 @@ from __future__ import annotations
 import enum
 import functools
 
-from ._budget import DEFAULTS, Budget
-from ._errors import BudgetUnsupported
-from ._reaper import cgroup_support
+from .._budget import DEFAULTS, Budget
+from .._children import cgroup_support
+from .._errors import BudgetUnsupported
 
 __all__ = [
     "Level",

@@ -76,13 +76,13 @@ from protocol import (
 )
 from runner import DEFAULT_DISK_BYTES, default_disk_files
 
+from .._errors import SpawnFailed
 from . import _uid
-from ._errors import SpawnFailed
 from ._reaper import CgroupSet
 
 __all__ = ["WORKDIR_PREFIX", "Child", "Pool", "Spawn", "acquire", "shutdown", "zygote_pid"]
 
-_ROOT: Final = Path(__file__).resolve().parent.parent
+_ROOT: Final = Path(__file__).resolve().parents[2]  # the directory holding sandbox/ and runner/
 _MSGSPEC_DIR: Final = Path(msgspec.__file__).resolve().parent.parent
 _PATHS: Final = [str(_ROOT), str(_MSGSPEC_DIR)]
 _RUNNER_BOOT: Final = f"import sys; sys.path[:0] = {_PATHS!r}; from runner import main; main()"

@@ -1,0 +1,41 @@
+"""Where a run's processes come from and how they end: the zygote and pools of children
+(:mod:`._supervisor`), the run's cgroups and the end of every process a run started
+(:mod:`._reaper`), a confined run's own host uid (:mod:`._uid`), and the stack of a
+program killed at its wall clock (:mod:`._stack`).
+
+The layer below the run engine: it knows processes, not programs or budgets.
+"""
+
+from __future__ import annotations
+
+from ._reaper import CgroupSet, cgroup_support, kill_tree
+from ._stack import python_stack
+from ._supervisor import (
+    WORKDIR_PREFIX,
+    Child,
+    Pool,
+    Spawn,
+    acquire,
+    host_processes,
+    needs_start,
+    shutdown,
+    zygote_pid,
+)
+from ._uid import usable as uid_usable
+
+__all__ = [
+    "WORKDIR_PREFIX",
+    "CgroupSet",
+    "Child",
+    "Pool",
+    "Spawn",
+    "acquire",
+    "cgroup_support",
+    "host_processes",
+    "kill_tree",
+    "needs_start",
+    "python_stack",
+    "shutdown",
+    "uid_usable",
+    "zygote_pid",
+]
