@@ -22,7 +22,7 @@ BUDGET = 15 * 60.0
 #: the same commit: the clone proves the install, the lint, the type check and the test
 #: command from nothing, with a part of the suite that goes through the installed entry
 #: point and a real child (not this test again).
-PYTEST_ARGS = "tests/test_e2e.py tests/sandbox/test_cli.py"
+PYTEST_ARGS = "tests/protocol/test_e2e.py tests/sandbox/test_cli.py"
 #: Set by a developer's shell or by the test's own process (make, pytest, a venv), not by
 #: a fresh login.
 NOT_A_FRESH_USER = ("PY", "VIRTUAL_ENV", "PYTHONHOME", "PYTHONPATH", "PYTEST_ADDOPTS")

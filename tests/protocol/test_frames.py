@@ -22,7 +22,8 @@ from protocol import (
     TruncatedFrame,
     encode_frame,
 )
-from tests.strategies import chunked, frame_payloads, frame_streams
+
+from .strategies import chunked, frame_payloads, frame_streams
 
 # Each frame costs at least one ``next_frame`` call and at least 5 bytes, so a decoder that
 # makes progress returns a signal within this many calls of being fed ``n`` bytes.

@@ -40,11 +40,12 @@ from protocol._messages import (
     START_DECODER,
     decode,
 )
-from tests.strategies import chunked, messages, texts
+
+from .strategies import chunked, messages, texts
 
 M = TypeVar("M", bound=Message)
 
-GOLDEN_FILE: Final = Path(__file__).parent / "golden" / "frames.json"
+GOLDEN_FILE: Final = Path(__file__).parent.parent / "golden" / "frames.json"
 
 _DECODERS: Final[dict[type[Message], msgspec.json.Decoder[Any]]] = {
     Request: REQUEST_DECODER,

@@ -40,7 +40,8 @@ from protocol import (
 )
 from protocol._messages import RESULT_DECODER, START_DECODER, decode
 from protocol._start import RUNNER_TRANSITIONS, STARTER_TRANSITIONS, Event, State
-from tests.strategies import chunked, hostile_frames, results, starts
+
+from .strategies import chunked, hostile_frames, results, starts
 
 #: The roles' frame cap in the random tests: small, so an oversized message is cheap.
 CAP: Final = 4096

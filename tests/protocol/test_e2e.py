@@ -29,7 +29,7 @@ from protocol import (
     frame_message,
 )
 
-from .helpers import ROOT, PeerProcess, spawn_peer
+from ..helpers import ROOT, PeerProcess, spawn_peer
 
 pytestmark = pytest.mark.anyio
 

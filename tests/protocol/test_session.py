@@ -48,7 +48,8 @@ from protocol import (
     frame_message,
 )
 from protocol._messages import RESPONSE_DECODER, decode
-from tests.strategies import kinds, texts
+
+from .strategies import kinds, texts
 
 #: A small frame cap, so that "too large for one frame" happens within a short run.
 SMALL_CAP: Final = 512
