@@ -2,7 +2,7 @@
 
 ``sandbox serve`` loads this file by path (under another module name), so it imports only
 the public plane API. Both tools are async: a sync function tool runs in a worker thread
-(:class:`~sandbox.plane.FunctionTool`), and the benchmark is about the plane's and the
+(:class:`sandbox.Tool`), and the benchmark is about the plane's and the
 wire's cost, not the thread hop's, which would be the same on both sides of every ratio.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sandbox import plane
+import sandbox
 
 __all__ = ["ECHO", "TOOLS", "TOUCH", "echo", "touch_facts"]
 
@@ -31,6 +31,6 @@ def touch_facts(x: Any) -> dict[str, Any]:
 
 
 TOOLS = [
-    plane.FunctionTool(echo),
-    plane.FunctionTool(echo, name=TOUCH, facts=touch_facts),
+    sandbox.Tool(echo),
+    sandbox.Tool(echo, name=TOUCH, facts=touch_facts),
 ]

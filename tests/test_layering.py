@@ -129,6 +129,7 @@ LAYERS: dict[str, int] = {
     "_budget": 0,
     "_result": 0,
     "_text": 0,
+    "_model": 0,
     "_children": 1,
     "_engine": 2,
     "plane": 3,

@@ -14,7 +14,7 @@ from .._children import Spawn
 from .._engine import Level, confinement_gaps
 from .._engine import Tool as HostTool
 from .._errors import ConfinementUnavailable, SandboxError
-from ..plane import Descriptor, FunctionTool, ProgramTool, Tool
+from ..plane import Descriptor, ProgramTool, Tool
 from ._options import (
     DEFAULT_TIMEOUT,
     budget_from,
@@ -124,16 +124,14 @@ def add_serve_parser(sub: Any) -> None:
 
 
 def tools_from(found: Sequence[Any]) -> list[Tool]:
-    """Execution-plane tools from what a tools module offers: plane tools as they are, host
-    tools and plain functions as :class:`FunctionTool`."""
+    """Execution-plane tools from what a tools module offers: tools as they are (a
+    :class:`sandbox.Tool` is one), plain functions as a :class:`sandbox.Tool`."""
     out: list[Tool] = []
     for obj in found:
         if isinstance(obj, Tool):
             out.append(obj)
-        elif isinstance(obj, HostTool):
-            out.append(FunctionTool(obj.fn, name=obj.name, description=obj.description))
         elif callable(obj):
-            out.append(FunctionTool(obj))
+            out.append(HostTool(obj))
         else:
             raise SandboxError(f"{obj!r} is neither a tool nor a function")
     return out

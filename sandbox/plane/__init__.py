@@ -13,6 +13,22 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .._model import (
+    Annotations,
+    Call,
+    CallContext,
+    Closeable,
+    Descriptor,
+    Facts,
+    Factual,
+    Invoke,
+    NeedsPeers,
+    Replay,
+    Replayable,
+    Result,
+    Tool,
+    ToolInfo,
+)
 from ._capability import CAPABILITY_KEY, CAPABILITY_VERSION, Capability
 from ._errors import (
     BadCapability,
@@ -33,23 +49,6 @@ from ._errors import (
     Unreachable,
 )
 from ._executor import FACTS_TIMEOUT, Batcher, Executor, InProcess
-from ._function import FunctionTool
-from ._model import (
-    Annotations,
-    Call,
-    CallContext,
-    Closeable,
-    Descriptor,
-    Facts,
-    Factual,
-    Invoke,
-    NeedsPeers,
-    Replay,
-    Replayable,
-    Result,
-    Tool,
-    ToolInfo,
-)
 from ._program import ProgramTool
 from ._set import ALLOW, Batch, Decision, Policy, Set, deny
 
@@ -114,7 +113,6 @@ __all__ = [
     "Facts",
     "FactsMismatch",
     "FactsUnavailable",
-    "FunctionTool",
     "InProcess",
     "Invoke",
     "JwtVerifier",

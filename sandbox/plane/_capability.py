@@ -27,6 +27,7 @@ import msgspec
 from msgspec import UNSET
 
 from .._budget import DEFAULTS, Budget
+from .._model import Annotations, Descriptor, Facts, Replay, ToolInfo
 from ._errors import (
     BadCapability,
     FactsMismatch,
@@ -35,7 +36,6 @@ from ._errors import (
     ToolNamedTwice,
     UnknownVersion,
 )
-from ._model import Annotations, Descriptor, Facts, Replay, ToolInfo
 
 __all__ = [
     "CAPABILITY_KEY",

@@ -14,8 +14,7 @@ import anyio
 
 from protocol import Kind
 
-from ._errors import DuplicateTool, ExecutorClosed, FactsUnavailable, UnknownTool
-from ._model import (
+from .._model import (
     Call,
     CallContext,
     Closeable,
@@ -29,6 +28,7 @@ from ._model import (
     Tool,
     ToolInfo,
 )
+from ._errors import DuplicateTool, ExecutorClosed, FactsUnavailable, UnknownTool
 
 __all__ = ["FACTS_TIMEOUT", "Batcher", "Executor", "InProcess"]
 

@@ -14,7 +14,7 @@ from .._budget import Budget
 from .._children import Pool, Spawn
 from .._engine import Level, run
 from .._engine import Tool as HostTool
-from ._model import (
+from .._model import (
     Annotations,
     Call,
     CallContext,

@@ -24,6 +24,17 @@ from mcp.shared.exceptions import MCPError
 from protocol import Kind
 
 from .._budget import Budget
+from .._model import (
+    Annotations,
+    Call,
+    CallContext,
+    Descriptor,
+    Facts,
+    Invoke,
+    Replay,
+    Result,
+    ToolInfo,
+)
 from ._capability import (
     CAPABILITY_KEY,
     FACTS_METHOD,
@@ -49,17 +60,6 @@ from ._errors import (
 )
 from ._executor import FACTS_TIMEOUT
 from ._mcp import Dispatcher, initialize, raw_request
-from ._model import (
-    Annotations,
-    Call,
-    CallContext,
-    Descriptor,
-    Facts,
-    Invoke,
-    Replay,
-    Result,
-    ToolInfo,
-)
 
 __all__ = ["KEEPALIVE", "Dialer", "Remote", "http", "stdio"]
 

@@ -33,6 +33,7 @@ from mcp_types import INVALID_PARAMS
 from protocol import Kind
 
 from .._budget import Budget
+from .._model import Call, CallContext, Descriptor, Result, Tool
 from ._auth import BearerToken, OAuth
 from ._capability import (
     CAPABILITY_KEY,
@@ -52,7 +53,6 @@ from ._capability import (
 from ._errors import PlaneError, UnknownTool
 from ._executor import FACTS_TIMEOUT, InProcess
 from ._http import PATH, http_app, listening_socket
-from ._model import Call, CallContext, Descriptor, Result, Tool
 from ._stdio import StdioTransport
 
 __all__ = ["SESSION_IDLE", "ExecutorServer", "Tools"]

@@ -13,9 +13,9 @@ import msgspec
 
 from protocol import Kind
 
+from .._model import Call, CallContext, Facts, Replay, Result, ToolInfo
 from ._errors import FactsUnavailable, PlaneError, Refused, UnknownTool
 from ._executor import Batcher, Executor
-from ._model import Call, CallContext, Facts, Replay, Result, ToolInfo
 
 __all__ = ["ALLOW", "Batch", "Decision", "Policy", "Set", "deny"]
 

@@ -10,6 +10,7 @@ from typing import Any
 import anyio
 import msgspec
 
+import sandbox
 from sandbox import plane
 from sandbox.agent import (
     Agent,
@@ -126,13 +127,13 @@ class Tools:
 
         read_only = plane.Annotations(read_only=True)
         offered = [
-            plane.FunctionTool(echo, annotations=read_only),
-            plane.FunctionTool(big, annotations=read_only),
-            plane.FunctionTool(write_file),
-            plane.FunctionTool(search, annotations=read_only),
+            sandbox.Tool(echo, annotations=read_only),
+            sandbox.Tool(big, annotations=read_only),
+            sandbox.Tool(write_file),
+            sandbox.Tool(search, annotations=read_only),
         ]
         if checklist:  # its gate is on whenever the tool is offered
-            offered.append(plane.FunctionTool(update_checklist, annotations=read_only))
+            offered.append(sandbox.Tool(update_checklist, annotations=read_only))
         self.executor = plane.InProcess(offered)
 
     def named(self, name: str) -> list[dict[str, Any]]:

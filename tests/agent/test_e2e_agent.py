@@ -14,6 +14,7 @@ from typing import Any
 import anyio
 import pytest
 
+import sandbox
 from sandbox import Budget, confinement_gaps, plane
 from sandbox._commands._main import main
 from sandbox.agent import Agent, ContextWindow, OpenAICaller, PlaneTools
@@ -93,8 +94,8 @@ async def test_a_model_runs_a_confined_program_that_calls_host_tools_then_finish
 
     executor = plane.InProcess(
         [
-            plane.FunctionTool(lookup, annotations=plane.Annotations(read_only=True)),
-            plane.FunctionTool(remove, facts=lambda path: plane.Facts(writes=(path,))),
+            sandbox.Tool(lookup, annotations=plane.Annotations(read_only=True)),
+            sandbox.Tool(remove, facts=lambda path: plane.Facts(writes=(path,))),
             plane.ProgramTool(level="confined", budget=Budget(wall_clock=30, max_calls=10)),
         ]
     )

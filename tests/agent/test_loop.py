@@ -8,6 +8,7 @@ from typing import Any
 import anyio
 import pytest
 
+import sandbox
 from sandbox.agent import (
     Approval,
     Breakers,
@@ -623,7 +624,7 @@ async def test_untrusted_output_cannot_break_out_of_its_wrapping() -> None:
         """Fetch a page."""
         return attack
 
-    executor = plane.InProcess([plane.FunctionTool(fetch)])
+    executor = plane.InProcess([sandbox.Tool(fetch)])
     with anyio.fail_after(RUN_DEADLINE):
         plane_tools = PlaneTools(await plane.Set.bind(executor), untrusted=True)
     from sandbox.agent import Agent

@@ -10,6 +10,7 @@ from pathlib import Path
 import anyio
 import psutil
 
+import sandbox
 from sandbox import plane
 
 
@@ -59,21 +60,17 @@ def clock() -> float:
 
 
 _TOOLS = [
-    plane.FunctionTool(pid, annotations=plane.Annotations(read_only=True)),
-    plane.FunctionTool(mark, facts=_slow_facts),
-    plane.FunctionTool(
+    sandbox.Tool(pid, annotations=plane.Annotations(read_only=True)),
+    sandbox.Tool(mark, facts=_slow_facts),
+    sandbox.Tool(
         lookup,
         annotations=plane.Annotations(read_only=True),
         facts=lambda key: plane.Facts(reads=(f"/db/{key}",)),
         replay=plane.Replay.YES,
     ),
-    plane.FunctionTool(nodelay, annotations=plane.Annotations(read_only=True)),
+    sandbox.Tool(nodelay, annotations=plane.Annotations(read_only=True)),
 ]
 
 #: With SERVED_TOOLS=other in its environment, the server is another executor: the same
 #: tools but one, for "the executor changed".
-TOOLS = (
-    [*_TOOLS[:2], plane.FunctionTool(clock)]
-    if os.environ.get("SERVED_TOOLS") == "other"
-    else _TOOLS
-)
+TOOLS = [*_TOOLS[:2], sandbox.Tool(clock)] if os.environ.get("SERVED_TOOLS") == "other" else _TOOLS

@@ -8,6 +8,7 @@ import anyio
 import msgspec
 import pytest
 
+import sandbox
 from protocol import Kind
 from sandbox import ToolError, plane
 
@@ -24,7 +25,7 @@ def search(query: str, limit: int = 3, tags: list[str] | None = None) -> list[st
 
 
 async def test_function_tool_definition_comes_from_the_signature() -> None:
-    t = plane.FunctionTool(search, annotations=plane.Annotations(read_only=True))
+    t = sandbox.Tool(search, annotations=plane.Annotations(read_only=True))
     info = t.info
     assert info.name == "search"
     assert info.description.startswith("Search the index.")
@@ -44,7 +45,7 @@ async def test_function_tool_checks_input_before_running() -> None:
         ran.append(n)
         return n * 2
 
-    ex = plane.InProcess([plane.FunctionTool(f)])
+    ex = plane.InProcess([sandbox.Tool(f)])
     ok = await ex.call(plane.Call(tool="f", arguments={"n": 21}))
     assert (ok.data, ok.text, ok.is_error) == (42, "42", False)
     for bad in ({"n": "x"}, {}, {"n": 1, "extra": 2}):
@@ -58,7 +59,7 @@ async def test_a_tool_that_raises_is_an_error_result_not_an_exception() -> None:
     async def boom() -> None:
         raise RuntimeError("disk on fire")
 
-    ex = plane.InProcess([plane.FunctionTool(boom)])
+    ex = plane.InProcess([sandbox.Tool(boom)])
     r = await ex.call(plane.Call(tool="boom"))
     assert r.is_error
     assert r.kind is Kind.RAISED
@@ -131,8 +132,8 @@ async def test_build_closes_what_it_made_when_anything_fails() -> None:
 async def test_claims_are_read_in_the_executor() -> None:
     ex = plane.InProcess(
         [
-            plane.FunctionTool(search),
-            plane.FunctionTool(
+            sandbox.Tool(search),
+            sandbox.Tool(
                 search,
                 name="fetch",
                 facts=lambda query, limit, tags: {"network": [f"{query}.example"]},
@@ -171,7 +172,7 @@ async def test_the_descriptor_defaults_to_this_host() -> None:
 
 
 async def test_model_types_round_trip_as_json() -> None:
-    info = plane.FunctionTool(search, annotations=plane.Annotations(read_only=True)).info
+    info = sandbox.Tool(search, annotations=plane.Annotations(read_only=True)).info
     assert msgspec.json.decode(msgspec.json.encode(info), type=plane.ToolInfo) == info
     facts = plane.Facts(reads=("/a",), network=("*",), processes=True)
     assert msgspec.json.decode(msgspec.json.encode(facts), type=plane.Facts) == facts

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+import sandbox
 from protocol import MAX_FRAME_BYTES, Kind
 from sandbox import Budget, confinement_gaps, plane
 
@@ -25,12 +26,12 @@ def remove(path: str) -> str:
 def executor(level: str = "process", budget: Budget | None = None) -> plane.InProcess:
     return plane.InProcess(
         [
-            plane.FunctionTool(
+            sandbox.Tool(
                 lookup,
                 annotations=plane.Annotations(read_only=True),
                 facts=lambda key: plane.Facts(reads=(f"/db/{key}",)),
             ),
-            plane.FunctionTool(remove, facts=lambda path: plane.Facts(writes=(path,))),
+            sandbox.Tool(remove, facts=lambda path: plane.Facts(writes=(path,))),
             plane.ProgramTool(level=level, budget=budget or Budget(wall_clock=20, max_calls=10)),
         ]
     )

@@ -6,6 +6,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
+import sandbox
 from sandbox import plane
 
 from .tools import Batching, Counted
@@ -55,7 +56,7 @@ async def test_a_tool_without_claims_reads_as_zero_and_pins_nothing() -> None:
     def plain(path: str) -> str:
         return path
 
-    s = await plane.Set.bind(plane.InProcess([plane.FunctionTool(plain)]))
+    s = await plane.Set.bind(plane.InProcess([sandbox.Tool(plain)]))
     c = call("a", tool="plain")
     with s.pin(c):
         assert await s.facts(c) == plane.Facts()
@@ -69,7 +70,7 @@ async def test_a_batch_is_read_in_one_request_and_holds_its_readings() -> None:
     def size(obj: str) -> int:
         return len(obj)
 
-    ex = Batching(plane.InProcess([t, plane.FunctionTool(size)]))
+    ex = Batching(plane.InProcess([t, sandbox.Tool(size)]))
     s = await plane.Set.bind(ex)
     calls = [call("a", id="1"), call("b", id="2"), call("c", id="3")]
     unclaimed = plane.Call(tool="size", arguments={"obj": "x"}, id="4")
