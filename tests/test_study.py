@@ -10,6 +10,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from benchmarks import study
 
 CELLS = [
@@ -277,3 +279,126 @@ def test_render_from_json_alone(tmp_path: Path) -> None:
     assert pngs == [f"study-2030-01-02-{name}.png" for name in sorted(study.PLOTS)]
     for png in pngs:
         assert f"]({png})" in page
+
+
+# -- each target's verdict, on each side of its threshold ----------------------------------
+
+#: What a measurement the verdicts are tested with is, on the target's losing side, for the
+#: spawn mode that is not the best: the verdict must come from the best of the two.
+_WORSE = 1000.0
+
+
+#: The numbers of :func:`_measured`'s document, each on the winning side of its target.
+_MET = {
+    "p50_ms": 1.0,
+    "bare_ms": 1000.0,
+    "runs_per_s": 1000.0,
+    "process_uss_mb": 1.0,
+    "confined_uss_mb": 1.0,
+}
+
+
+def _measured(numbers: dict[str, float] | None = None, *, failures: int = 0) -> dict[str, Any]:
+    """A study document holding only what :func:`study.evaluate_targets` reads: the
+    numbers of :data:`_MET` but those given; the zygote's latency and throughput far on
+    the losing side, so that only the pool's can pass."""
+    n = {**_MET, **(numbers or {})}
+    assert set(n) == set(_MET), numbers
+
+    def idle(uss: float) -> dict[str, Any]:
+        return {"summary": {"n": 2, "uss_mb": {"mean": uss / 2, "max": uss, "min": uss / 4}}}
+
+    return {
+        "latency": {
+            "cells": {
+                study.BARE: {"stats": _stats(n["bare_ms"])},
+                "confined/pool": {"stats": _stats(n["p50_ms"])},
+                "confined/zygote": {"stats": _stats(_WORSE)},
+            }
+        },
+        "sustained": {
+            "concurrency": 4,
+            "cells": {
+                "confined/cold": {"runs_per_s": 1.0 / _WORSE, "failed": 0},
+                "confined/zygote": {"runs_per_s": 1.0 / _WORSE, "failed": 0},
+                "confined/pool": {"runs_per_s": n["runs_per_s"], "failed": 0},
+            },
+        },
+        "memory": {
+            "idle": {"process": idle(n["process_uss_mb"]), "confined": idle(n["confined_uss_mb"])}
+        },
+        "failures": [
+            {"phase": "latency", "cell": "confined/pool", "sample": i, "error": "x"}
+            for i in range(failures)
+        ],
+    }
+
+
+def _verdicts(doc: dict[str, Any]) -> dict[str, str]:
+    return {t["id"]: t["verdict"] for t in study.evaluate_targets(doc)}
+
+
+def test_every_target_passes_when_every_number_meets_it() -> None:
+    """The reference document of the tests below: every target PASS."""
+    assert _verdicts(_measured()) == dict.fromkeys(TARGET_IDS, "PASS")
+
+
+#: (target, the document's argument it reads, the threshold, whether lower is better).
+THRESHOLDS = [
+    ("confined_trivial_p50_ms", "p50_ms", study.LATENCY_TARGET_MS, True),
+    ("confined_sustained_runs_per_s", "runs_per_s", study.SUSTAINED_TARGET, False),
+    ("idle_process_child_uss_mb", "process_uss_mb", study.IDLE_USS_TARGET_MB, True),
+    ("idle_confined_child_uss_mb", "confined_uss_mb", study.IDLE_USS_TARGET_MB, True),
+]
+
+
+@pytest.mark.parametrize(("target", "argument", "threshold", "lower_is_better"), THRESHOLDS)
+@pytest.mark.parametrize(
+    ("factor", "side"),
+    [(0.99, "below"), (1.0, "at"), (1.01, "above")],
+    ids=["below", "at", "above"],
+)
+def test_a_target_is_met_on_its_side_of_the_threshold_only(
+    target: str, argument: str, threshold: float, lower_is_better: bool, factor: float, side: str
+) -> None:
+    """A measurement just below, at, and just above its threshold: PASS on the target's
+    side and at the threshold itself, MISS on the other side; the other targets keep
+    their verdicts."""
+    verdicts = _verdicts(_measured({argument: threshold * factor}))
+    met = side == "at" or (side == "below") == lower_is_better
+    assert verdicts.pop(target) == ("PASS" if met else "MISS")
+    assert set(verdicts.values()) == {"PASS"}
+
+
+@pytest.mark.parametrize(
+    ("bare_ms", "verdict"),
+    [(10.5, "PASS"), (10.0, "PASS"), (9.5, "MISS")],
+    ids=["below", "at", "above"],
+)
+def test_the_latency_ratio_is_met_at_or_below_its_threshold(bare_ms: float, verdict: str) -> None:
+    """The best confined p50 over the bare spawn's p50 is met at or below 0.35x only:
+    3.5 ms against a bare spawn of 10.5 ms (0.333x), 10 ms (0.35x) and 9.5 ms (0.368x)."""
+    assert study.LATENCY_TARGET_RATIO == 0.35  # (the cases above are worked out for it)
+    verdicts = _verdicts(_measured({"p50_ms": 3.5, "bare_ms": bare_ms}))
+    assert verdicts.pop("confined_trivial_p50_vs_bare_spawn") == verdict
+    assert verdicts.pop("confined_trivial_p50_ms") == "MISS"  # (3.5 ms > 3 ms)
+    assert set(verdicts.values()) == {"PASS"}
+
+
+@pytest.mark.parametrize(("failures", "verdict"), [(0, "PASS"), (1, "MISS")])
+def test_no_failed_run_is_met_by_none_only(failures: int, verdict: str) -> None:
+    """The "no failed run" target: PASS with none, MISS with one."""
+    verdicts = _verdicts(_measured(failures=failures))
+    assert verdicts.pop("failed_runs") == verdict
+    assert set(verdicts.values()) == {"PASS"}
+
+
+def test_a_target_not_measured_is_missed() -> None:
+    """A number the run could not measure (no cell, no children) is a MISS, not a PASS."""
+    doc = _measured()
+    del doc["latency"]["cells"]["confined/pool"], doc["latency"]["cells"]["confined/zygote"]
+    doc["sustained"]["cells"] = {}
+    doc["memory"]["idle"] = {}
+    verdicts = _verdicts(doc)
+    assert verdicts.pop("failed_runs") == "PASS"
+    assert set(verdicts.values()) == {"MISS"}
