@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import select
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -36,6 +37,10 @@ pytestmark = pytest.mark.anyio
 
 Handler = Callable[[Request], "str | Awaitable[str]"]
 
+#: The longest any one wait of these tests may take (a send, a receive, a whole exchange
+#: with a server); far more than any of them needs, so that only a hang reaches it.
+WAIT = 10.0
+
 
 class RawChild:
     """The child's side of a call channel, written by hand: frames out, Responses in."""
@@ -48,20 +53,23 @@ class RawChild:
         self, call_id: str, tool: str = "t", args: str = "", deadline_ms: int = 0
     ) -> None:
         req = Request(v=VERSION, id=call_id, tool=tool, args=args, deadline_ms=deadline_ms)
-        await self.channel.send_all(frame_message(req))
+        with anyio.fail_after(WAIT):
+            await self.channel.send_all(frame_message(req))
 
     async def send_raw(self, data: bytes) -> None:
-        await self.channel.send_all(data)
+        with anyio.fail_after(WAIT):
+            await self.channel.send_all(data)
 
     async def recv(self) -> Response | None:
         """The next Response, or None when the parent closed the channel."""
-        while True:
-            frame = self.decoder.next_frame()
-            if frame is Signal.CLOSED:
-                return None
-            if isinstance(frame, bytes):
-                return decode(RESPONSE_DECODER, frame)
-            self.decoder.receive_data(await self.channel.receive())
+        with anyio.fail_after(WAIT):
+            while True:
+                frame = self.decoder.next_frame()
+                if frame is Signal.CLOSED:
+                    return None
+                if isinstance(frame, bytes):
+                    return decode(RESPONSE_DECODER, frame)
+                self.decoder.receive_data(await self.channel.receive())
 
     async def recv_n(self, n: int) -> dict[str, Response]:
         out: dict[str, Response] = {}
@@ -74,17 +82,27 @@ class RawChild:
 
 @asynccontextmanager
 async def serving(handler: Handler, **limits: Any) -> AsyncIterator[tuple[Server, RawChild]]:
-    """A Server on one end of a pipe pair and a RawChild on the other, in one task group."""
+    """A Server on one end of a pipe pair and a RawChild on the other, in one task group;
+    the whole exchange within :data:`WAIT`."""
     down, up = os.pipe(), os.pipe()
     server = Server(FdChannel(up[0], down[1]), handler, **limits)
     child = RawChild(FdChannel(down[0], up[1]))
     try:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(server.serve)
-            yield server, child
-            tg.cancel_scope.cancel()
+        with anyio.fail_after(WAIT):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(server.serve)
+                yield server, child
+                tg.cancel_scope.cancel()
     finally:
         child.channel.close()
+
+
+def read(fd: int, n: int) -> bytes:
+    """``os.read`` of a pipe, failing after :data:`WAIT` if nothing can be read."""
+    readable, _, _ = select.select([fd], [], [], WAIT)
+    if not readable:
+        raise TimeoutError(f"nothing to read on descriptor {fd} in {WAIT} s")
+    return os.read(fd, n)
 
 
 def echo(request: Request) -> str:
@@ -448,8 +466,9 @@ async def test_serve_runs_once() -> None:
     server = Server(FdChannel(up[0], down[1]), echo)
     os.close(up[1])
     os.close(down[0])
-    await server.serve()
-    with pytest.raises(RuntimeError):
+    with anyio.fail_after(WAIT):
+        await server.serve()
+    with anyio.fail_after(WAIT), pytest.raises(RuntimeError):
         await server.serve()
 
 
@@ -479,9 +498,9 @@ async def test_starter_returns_on_timeout_when_the_child_is_silent() -> None:
         with anyio.fail_after(10), pytest.raises(TimeoutError):
             await starter.start(_start_message(), timeout=0.2)
         decoder = FrameDecoder()
-        decoder.receive_data(os.read(down[0], 1 << 16))
+        decoder.receive_data(read(down[0], 1 << 16))
         assert isinstance(decoder.next_frame(), bytes)  # the Start was sent
-        assert os.read(down[0], 1) == b""  # then the channel was closed: EOF
+        assert read(down[0], 1) == b""  # then the channel was closed: EOF
     finally:
         os.close(down[0])
         os.close(up[1])
@@ -495,8 +514,8 @@ async def test_starter_returns_on_cancel_when_the_child_is_silent() -> None:
         with anyio.move_on_after(0.2) as scope:
             await starter.start(_start_message())
         assert scope.cancelled_caught
-        os.read(down[0], 1 << 16)
-        assert os.read(down[0], 1) == b""
+        read(down[0], 1 << 16)
+        assert read(down[0], 1) == b""
     finally:
         os.close(down[0])
         os.close(up[1])
