@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._calls import CallStats, ClientCore, ServerCore, effective_deadline
+from ._calls import CallLimits, CallStats, ClientCore, ServerCore, effective_deadline
 from ._child import Client, Runner
 from ._constants import DEFAULT_MAX_INFLIGHT, MAX_FRAME_BYTES, MAX_NESTING, VERSION
 from ._errors import (
@@ -100,6 +100,7 @@ __all__ = [
     "decode_fork",
     # the call protocol
     "CallError",
+    "CallLimits",
     "CallStats",
     "ChannelClosed",
     "Client",

@@ -32,11 +32,11 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from typing import Final, final
+from typing import Annotated, Final, final
 
 import msgspec
 
-from ._constants import DEFAULT_MAX_INFLIGHT, MAX_FRAME_BYTES, VERSION
+from ._constants import DEFAULT_MAX_INFLIGHT, INT64_MAX, MAX_FRAME_BYTES, VERSION
 from ._errors import ChannelClosed, LocalFrameTooLarge, LocalProtocolError, RemoteProtocolError
 from ._frames import FrameDecoder, Signal
 from ._kinds import Kind
@@ -51,6 +51,7 @@ from ._messages import (
 )
 
 __all__ = [
+    "CallLimits",
     "CallStats",
     "ClientCore",
     "ServerCore",
@@ -84,6 +85,39 @@ def effective_deadline(deadline_ms: int, cap: float | None) -> float | None:
     return wish if cap is None or wish < cap else cap
 
 
+_Count = Annotated[int, msgspec.Meta(ge=0, le=INT64_MAX)]
+
+
+@final
+class CallLimits(msgspec.Struct, frozen=True, kw_only=True):
+    """The parent's limits on one call channel. ``None`` means no limit.
+
+    The bounds in the annotations are the protocol's contract (counts are Go's int64, as
+    on the wire). Making a ``CallLimits`` does not check them: msgspec does when it decodes
+    or converts one (``msgspec.convert({...}, CallLimits)``), for a caller that takes
+    limits from outside. The sandbox makes its limits from a validated ``Budget``, where
+    every limit is checked once; a value out of range here would only make the server
+    refuse or expire calls, never fail.
+
+    Attributes:
+        max_calls: the most calls to accept (0: none at all).
+        max_bytes: the most result bytes to deliver.
+        max_inflight: the hard cap on calls in flight at once (invariant 4); it cannot be
+            lifted.
+        max_call_deadline: the longest any one call may take, in seconds. The child's
+            ``deadline_ms`` can only shorten it.
+    """
+
+    max_calls: _Count | None = None
+    max_bytes: _Count | None = None
+    max_inflight: Annotated[int, msgspec.Meta(ge=1, le=INT64_MAX)] = DEFAULT_MAX_INFLIGHT
+    max_call_deadline: Annotated[float, msgspec.Meta(gt=0)] | None = None
+
+
+#: What a server is given when it is given nothing: no quotas, the default in-flight cap.
+_DEFAULT_LIMITS: Final = CallLimits()
+
+
 @final
 class CallStats(msgspec.Struct, frozen=True, kw_only=True):
     """A snapshot of one call channel's accounting, as the parent counted it.
@@ -114,14 +148,12 @@ class ServerCore:
     """The parent's side of the call channel: decoding, admission, accounting, deadlines.
 
     Args:
-        max_calls: the most calls to accept; 0 for no limit.
-        max_bytes: the most result bytes to deliver; 0 for no limit.
-        max_inflight: the hard cap on calls in flight at once (at least 1).
-        max_call_deadline: the longest any one call may take, in seconds; None for none.
+        limits: the calls, result bytes, calls in flight and seconds per call allowed
+            (:class:`CallLimits`; by default no quotas and the default in-flight cap).
         max_frame_bytes: the largest frame accepted or sent.
 
     Raises:
-        ValueError: a negative limit, or a cap below 1.
+        ValueError: a frame cap too small for a failure frame.
     """
 
     __slots__ = (
@@ -132,6 +164,7 @@ class ServerCore:
         "_expired",
         "_handler_limits",
         "_inflight",
+        "_limits",
         "_max_bytes",
         "_max_calls",
         "_max_deadline",
@@ -142,30 +175,20 @@ class ServerCore:
     )
 
     def __init__(
-        self,
-        *,
-        max_calls: int = 0,
-        max_bytes: int = 0,
-        max_inflight: int = DEFAULT_MAX_INFLIGHT,
-        max_call_deadline: float | None = None,
-        max_frame_bytes: int = MAX_FRAME_BYTES,
+        self, limits: CallLimits = _DEFAULT_LIMITS, *, max_frame_bytes: int = MAX_FRAME_BYTES
     ) -> None:
-        if max_calls < 0 or max_bytes < 0:
-            raise ValueError("max_calls and max_bytes must be >= 0 (0 means no limit)")
-        if max_inflight < 1:
-            raise ValueError(f"max_inflight must be >= 1, got {max_inflight}")
-        if max_call_deadline is not None and not max_call_deadline > 0:
-            raise ValueError(f"max_call_deadline must be > 0 seconds, got {max_call_deadline}")
         if max_frame_bytes < _MIN_FRAME_BYTES:
             raise ValueError(
                 f"max_frame_bytes must be >= {_MIN_FRAME_BYTES}, got {max_frame_bytes}"
             )
+        # The limits are read on every call: held in slots of their own.
+        self._limits = limits
+        self._max_calls = limits.max_calls
+        self._max_bytes = limits.max_bytes
+        self._max_inflight = limits.max_inflight
+        self._max_deadline = limits.max_call_deadline
         self._decoder = FrameDecoder(max_frame_bytes)
         self._max_frame = max_frame_bytes
-        self._max_calls = max_calls
-        self._max_bytes = max_bytes
-        self._max_inflight = max_inflight
-        self._max_deadline = max_call_deadline
         # id -> absolute deadline (or None). Membership is "in flight".
         self._inflight: dict[str, float | None] = {}
         # (deadline, id) min-heap; entries of settled calls are dropped lazily.
@@ -208,9 +231,9 @@ class ServerCore:
             raise RemoteProtocolError(f"call id {call_id!r} is already in flight")
         if len(inflight) >= self._max_inflight:
             return self._refuse(call_id, f"in-flight cap of {self._max_inflight} calls reached")
-        if self._max_calls and self._calls >= self._max_calls:
+        if self._max_calls is not None and self._calls >= self._max_calls:
             return self._refuse(call_id, f"call quota of {self._max_calls} calls used up")
-        if self._max_bytes and self._bytes >= self._max_bytes:
+        if self._max_bytes is not None and self._bytes >= self._max_bytes:
             return self._refuse(call_id, f"result quota of {self._max_bytes} bytes used up")
         self._calls += 1
         inflight[call_id] = None
@@ -254,7 +277,7 @@ class ServerCore:
         else:
             value = valid_unicode(value)
             size = len(value.encode("utf-8"))
-        if self._max_bytes and self._bytes + size > self._max_bytes:
+        if self._max_bytes is not None and self._bytes + size > self._max_bytes:
             self._refused += 1
             return self._failure(
                 call_id,
@@ -332,6 +355,11 @@ class ServerCore:
         return ids
 
     # -- queries --------------------------------------------------------------------
+
+    @property
+    def limits(self) -> CallLimits:
+        """The limits this core enforces."""
+        return self._limits
 
     @property
     def inflight(self) -> int:

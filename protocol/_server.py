@@ -44,9 +44,9 @@ from typing import Final, final
 import anyio
 import anyio.abc
 
-from ._calls import CallStats, ServerCore
+from ._calls import _DEFAULT_LIMITS, CallLimits, CallStats, ServerCore
 from ._channel import FdChannel
-from ._constants import DEFAULT_MAX_INFLIGHT, MAX_FRAME_BYTES
+from ._constants import MAX_FRAME_BYTES
 from ._errors import CallError
 from ._frames import Signal
 from ._kinds import Kind
@@ -70,32 +70,15 @@ class Server:
     Args:
         channel: the call channel (the server closes it when :meth:`serve` ends).
         handler: answers one call; see :data:`Handler`.
-        max_calls: the most calls to accept; 0 for no limit.
-        max_bytes: the most result bytes to deliver; 0 for no limit.
-        max_inflight: the hard cap on calls in flight at once.
-        max_call_deadline: the longest one call may take, in seconds; None for none. The
-            child's ``deadline_ms`` can only shorten it.
-
-    Raises:
-        ValueError: a limit out of range.
+        limits: the calls, result bytes, calls in flight and seconds per call allowed
+            (:class:`~protocol.CallLimits`; by default no quotas and the default in-flight
+            cap). The child's ``deadline_ms`` can only shorten a call's deadline.
     """
 
     def __init__(
-        self,
-        channel: FdChannel,
-        handler: Handler,
-        *,
-        max_calls: int = 0,
-        max_bytes: int = 0,
-        max_inflight: int = DEFAULT_MAX_INFLIGHT,
-        max_call_deadline: float | None = None,
+        self, channel: FdChannel, handler: Handler, limits: CallLimits = _DEFAULT_LIMITS
     ) -> None:
-        self._core = ServerCore(
-            max_calls=max_calls,
-            max_bytes=max_bytes,
-            max_inflight=max_inflight,
-            max_call_deadline=max_call_deadline,
-        )
+        self._core = ServerCore(limits)
         self._channel = channel
         self._handler = handler
         self._tg: anyio.abc.TaskGroup | None = None

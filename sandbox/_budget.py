@@ -9,7 +9,7 @@ from typing import Final, final
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from protocol import DEFAULT_MAX_INFLIGHT
+from protocol import DEFAULT_MAX_INFLIGHT, CallLimits, StartBudget
 from runner import DEFAULT_DISK_BYTES
 
 from ._errors import BudgetError
@@ -131,6 +131,25 @@ class Budget(msgspec.Struct, frozen=True, kw_only=True):
         ]
         items.extend(name for name in ("max_calls", "max_bytes") if getattr(self, name))
         return items
+
+    def call_limits(self) -> CallLimits:
+        """The limits the parent's call server enforces (:class:`protocol.Server`)."""
+        return CallLimits(
+            max_calls=self.max_calls or None,
+            max_bytes=self.max_bytes or None,
+            max_inflight=self.max_inflight,
+            max_call_deadline=self.max_call_deadline,
+        )
+
+    def start_budget(self) -> StartBudget:
+        """What the Start frame tells the child of this budget: the one place where seconds
+        become the wire's nanoseconds. The wire writes "not asked for" as 0."""
+        return StartBudget(
+            wall_clock=0 if self.wall_clock is None else int(self.wall_clock * 1e9),
+            max_calls=self.max_calls,
+            max_bytes=self.max_bytes,
+            max_memory=self.max_memory or 0,
+        )
 
     def applied(self, enforceable: Container[str]) -> Budget:
         """This budget as a level applies it: each item left unset takes its default if the

@@ -23,7 +23,7 @@ import anyio
 import anyio.to_thread
 import msgspec
 
-from protocol import VERSION, Client, FdChannel, Server, Start, StartBudget
+from protocol import VERSION, Client, FdChannel, Server, Start
 from runner import Outcome, PythonBackend
 
 from .._budget import Budget
@@ -37,20 +37,13 @@ async def run_in_process(program: str, toolset: Toolset, budget: Budget) -> RunR
     """Run ``program`` in a thread of this process (see the module docstring)."""
     t0 = time.perf_counter()
     down, up = os.pipe(), os.pipe()
-    server = Server(
-        FdChannel(up[0], down[1]),
-        toolset.handle,
-        max_calls=budget.max_calls,
-        max_bytes=budget.max_bytes,
-        max_inflight=budget.max_inflight,
-        max_call_deadline=budget.max_call_deadline,
-    )
+    server = Server(FdChannel(up[0], down[1]), toolset.handle, budget.call_limits())
     client = Client(down[0], up[1])
     start = Start(
         v=VERSION,
         program=program,
         bindings=toolset.bindings(),
-        budget=StartBudget(max_calls=budget.max_calls, max_bytes=budget.max_bytes),
+        budget=budget.start_budget(),
         result_id=uuid.uuid4().hex,
     )
     backend = PythonBackend(as_main=False)

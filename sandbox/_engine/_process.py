@@ -49,7 +49,6 @@ from protocol import (
     RunnerExit,
     Server,
     Start,
-    StartBudget,
     Starter,
 )
 
@@ -267,26 +266,14 @@ class _Run:
         err_ch: FdChannel,
     ) -> RunResult:
         budget = self.budget
-        server = Server(
-            call_ch,
-            toolset.handle,
-            max_calls=budget.max_calls,
-            max_bytes=budget.max_bytes,
-            max_inflight=budget.max_inflight,
-            max_call_deadline=budget.max_call_deadline,
-        )
+        server = Server(call_ch, toolset.handle, budget.call_limits())
         stdout = _Output(budget.max_output)
         stderr = _Output(budget.max_output)
         start = Start(
             v=VERSION,
             program=program,
             bindings=toolset.bindings(),
-            budget=StartBudget(
-                wall_clock=0 if budget.wall_clock is None else int(budget.wall_clock * 1e9),
-                max_calls=budget.max_calls,
-                max_bytes=budget.max_bytes,
-                max_memory=budget.max_memory or 0,
-            ),
+            budget=budget.start_budget(),
             result_id=uuid.uuid4().hex,
         )
         result: Result | None = None

@@ -26,6 +26,7 @@ from protocol import (
     MAX_FRAME_BYTES,
     VERSION,
     CallError,
+    CallLimits,
     ClientCore,
     FdChannel,
     FrameDecoder,
@@ -283,16 +284,16 @@ def server_core(data: bytes) -> None:
     """The parent's call-channel core against a scripted child and scripted handlers."""
     s = Script(data)
     cap = 1 + s.below(4)
-    max_calls = s.pick([0, 0, 1, 5])
-    max_bytes = s.pick([0, 0, 8, 200])
+    max_calls = s.pick([None, None, 1, 5])
+    max_bytes = s.pick([None, None, 8, 200])
     frame_cap = s.pick([MAX_FRAME_BYTES, 1024])
-    core = ServerCore(
+    limits = CallLimits(
         max_calls=max_calls,
         max_bytes=max_bytes,
         max_inflight=cap,
         max_call_deadline=s.pick([None, 0.5, 2.0]),
-        max_frame_bytes=frame_cap,
     )
+    core = ServerCore(limits, max_frame_bytes=frame_cap)
     inflight: set[str] = set()  # what the model says is accepted and unanswered
     admitted = 0
     delivered = 0
@@ -382,8 +383,8 @@ def server_core(data: bytes) -> None:
     stats = core.statistics()
     assert stats.calls == admitted, "the parent's count of calls is off"
     assert stats.peak_inflight <= cap
-    assert not max_calls or stats.calls <= max_calls
-    assert not max_bytes or stats.bytes <= max_bytes
+    assert max_calls is None or stats.calls <= max_calls
+    assert max_bytes is None or stats.bytes <= max_bytes
     assert stats.bytes == delivered
 
 
@@ -615,7 +616,7 @@ def _portal(backend: str) -> BlockingPortal:
 
 async def _serve_script(s: Script) -> None:
     cap = 1 + s.below(4)
-    max_calls = s.pick([0, 0, 3])
+    max_calls = s.pick([None, None, 3])
     hostile = False
     sent: list[str] = []
     wire = bytearray()
@@ -659,7 +660,8 @@ async def _serve_script(s: Script) -> None:
         coroutines.append(coroutine)
         return coroutine
 
-    server = Server(FdChannel(up[0], down[1]), handler, max_inflight=cap, max_calls=max_calls)
+    limits = CallLimits(max_inflight=cap, max_calls=max_calls)
+    server = Server(FdChannel(up[0], down[1]), handler, limits)
     child = FdChannel(down[0], up[1])
     answers: Counter[str] = Counter()
     outcome: list[BaseException | None] = []
@@ -712,7 +714,7 @@ async def _serve_script(s: Script) -> None:
         assert set(answers) == set(sent), f"requests lost: {set(sent) - set(answers)}"
     stats = server.statistics()
     assert stats.peak_inflight <= cap
-    assert not max_calls or stats.calls <= max_calls
+    assert max_calls is None or stats.calls <= max_calls
     for call_id, n in awaited.items():
         assert n <= 1, f"handler of {call_id!r} awaited twice"
 

@@ -15,6 +15,7 @@ import pytest
 from protocol import (
     VERSION,
     CallError,
+    CallLimits,
     ChannelClosed,
     Client,
     Kind,
@@ -105,7 +106,7 @@ async def test_failures_and_limits_reach_the_program_typed() -> None:
 
     calls = [["deny", "", 0], ["slow", "", 200], ["boom", "", 0], ["fine", "", 0], ["x", "", 0]]
     with spawn_peer("calls-from-start") as peer:
-        server = Server(peer.call, handler, max_calls=4)
+        server = Server(peer.call, handler, CallLimits(max_calls=4))
         result = await _run(peer, server, json.dumps(calls))
     assert result.ok
     outcomes = json.loads(result.value)
@@ -119,7 +120,7 @@ async def test_failures_and_limits_reach_the_program_typed() -> None:
 async def test_a_child_that_lies_about_its_counts_changes_nothing() -> None:
     """The parent's counts are the authority; the Result's counts are only reported."""
     with spawn_peer("lie") as peer:
-        server = Server(peer.call, echo, max_calls=5)
+        server = Server(peer.call, echo, CallLimits(max_calls=5))
         result = await _run(peer, server)
     assert (result.calls, result.bytes) == (1000, 10**9)
     assert (server.statistics().calls, server.statistics().bytes) == (1, 1)

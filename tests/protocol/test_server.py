@@ -9,11 +9,13 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
+import msgspec
 import pytest
 
 from protocol import (
     VERSION,
     CallError,
+    CallLimits,
     ChannelClosed,
     FdChannel,
     FrameDecoder,
@@ -85,7 +87,7 @@ async def serving(handler: Handler, **limits: Any) -> AsyncIterator[tuple[Server
     """A Server on one end of a pipe pair and a RawChild on the other, in one task group;
     the whole exchange within :data:`WAIT`."""
     down, up = os.pipe(), os.pipe()
-    server = Server(FdChannel(up[0], down[1]), handler, **limits)
+    server = Server(FdChannel(up[0], down[1]), handler, CallLimits(**limits))
     child = RawChild(FdChannel(down[0], up[1]))
     try:
         with anyio.fail_after(WAIT):
@@ -406,7 +408,7 @@ async def test_a_deadline_past_int64_leaves_no_handler_unawaited() -> None:
         return slow(request)
 
     down, up = os.pipe(), os.pipe()
-    server = Server(FdChannel(up[0], down[1]), handler, max_call_deadline=5.0)
+    server = Server(FdChannel(up[0], down[1]), handler, CallLimits(max_call_deadline=5.0))
     child = RawChild(FdChannel(down[0], up[1]))
     try:
         await child.send("1", deadline_ms=2**63 - 1)  # the largest int64: legal, clamped
@@ -472,18 +474,13 @@ async def test_serve_runs_once() -> None:
         await server.serve()
 
 
-def test_bad_limits_are_refused() -> None:
-    """Impossible limits are refused when the server is built."""
-    down, up = os.pipe(), os.pipe()
-    channel = FdChannel(up[0], down[1])
-    try:
-        for bad in ({"max_inflight": 0}, {"max_calls": -1}, {"max_call_deadline": 0.0}):
-            with pytest.raises(ValueError):
-                Server(channel, echo, **bad)
-    finally:
-        channel.close()
-        os.close(up[1])
-        os.close(down[0])
+@pytest.mark.parametrize(
+    "bad", [{"max_inflight": 0}, {"max_calls": -1}, {"max_call_deadline": 0.0}]
+)
+def test_bad_limits_are_refused_when_converted(bad: dict[str, Any]) -> None:
+    """Limits out of the protocol's range are refused when taken from outside (converted)."""
+    with pytest.raises(msgspec.ValidationError, match=next(iter(bad))):
+        msgspec.convert(bad, CallLimits)
 
 
 def _start_message() -> Start:

@@ -31,6 +31,7 @@ from hypothesis.stateful import (
 from protocol import (
     MAX_FRAME_BYTES,
     VERSION,
+    CallLimits,
     ChannelClosed,
     Client,
     ClientCore,
@@ -123,8 +124,8 @@ class CallSession(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.max_calls = 0
-        self.max_bytes = 0
+        self.max_calls: int | None = None
+        self.max_bytes: int | None = None
         self.max_inflight = 1
         self.max_deadline: float | None = None
         self.cap = MAX_FRAME_BYTES
@@ -150,8 +151,8 @@ class CallSession(RuleBasedStateMachine):
         self.ok_bytes_at_client = 0
 
     @initialize(
-        max_calls=st.integers(min_value=0, max_value=8),
-        max_bytes=st.just(0) | st.integers(min_value=1, max_value=200),
+        max_calls=st.none() | st.integers(min_value=0, max_value=8),
+        max_bytes=st.none() | st.integers(min_value=0, max_value=200),
         max_inflight=st.integers(min_value=1, max_value=8),
         max_deadline=st.none() | st.floats(min_value=0.05, max_value=3.0),
         small_frames=st.booleans(),
@@ -160,27 +161,27 @@ class CallSession(RuleBasedStateMachine):
     )
     def start(
         self,
-        max_calls: int,
-        max_bytes: int,
+        max_calls: int | None,
+        max_bytes: int | None,
         max_inflight: int,
         max_deadline: float | None,
         small_frames: bool,
         close_after: int,
         first: list[tuple[str, str, int]],
     ) -> None:
-        """Budgets are drawn (0: no limit for max_calls and max_bytes), how many answers the
+        """Budgets are drawn (None: no limit; 0: none at all), how many answers the
         server sends before the channel may end, and the program's first calls."""
         self.close_after = close_after
         self.max_calls, self.max_bytes = max_calls, max_bytes
         self.max_inflight, self.max_deadline = max_inflight, max_deadline
         self.cap = SMALL_CAP if small_frames else MAX_FRAME_BYTES
-        self.server = ServerCore(
+        limits = CallLimits(
             max_calls=max_calls,
             max_bytes=max_bytes,
             max_inflight=max_inflight,
             max_call_deadline=max_deadline,
-            max_frame_bytes=self.cap,
         )
+        self.server = ServerCore(limits, max_frame_bytes=self.cap)
         self.client = ClientCore(max_frame_bytes=self.cap)
         self.calls_made(first)
 
@@ -236,9 +237,9 @@ class CallSession(RuleBasedStateMachine):
         self.seen.append(request.id)
         if len(self.inflight) >= self.max_inflight:
             refusal = "in-flight"
-        elif self.max_calls and self.calls >= self.max_calls:
+        elif self.max_calls is not None and self.calls >= self.max_calls:
             refusal = "call quota"
-        elif self.max_bytes and self.bytes >= self.max_bytes:
+        elif self.max_bytes is not None and self.bytes >= self.max_bytes:
             refusal = "result quota"
         else:
             refusal = ""
@@ -297,7 +298,7 @@ class CallSession(RuleBasedStateMachine):
         response = response_of(out, self.cap)
         size = utf8_size(value)
         encoded = msgspec.json.encode(Response(v=VERSION, id=call_id, ok=True, value=value))
-        if self.max_bytes and self.bytes + size > self.max_bytes:
+        if self.max_bytes is not None and self.bytes + size > self.max_bytes:
             assert (response.ok, response.kind) == (False, Kind.LIMIT)
             self.refused += 1
             event("value withheld: byte quota")
@@ -433,9 +434,9 @@ class CallSession(RuleBasedStateMachine):
         assert self.server.inflight == stats.inflight == len(self.inflight)
         assert stats.inflight <= self.max_inflight
         assert stats.peak_inflight <= self.max_inflight
-        if self.max_calls:
+        if self.max_calls is not None:
             assert stats.calls <= self.max_calls
-        if self.max_bytes:
+        if self.max_bytes is not None:
             assert stats.bytes <= self.max_bytes
             assert self.ok_bytes_at_client <= self.max_bytes
         assert (stats.calls, stats.bytes, stats.refused, stats.expired) == (
@@ -477,7 +478,7 @@ def test_an_id_already_in_flight_is_a_protocol_error_and_reusable_after_settling
 
 def test_in_flight_cap_is_checked_before_quotas_and_refusals_are_not_calls() -> None:
     """Over the cap a call is answered ``limit`` at once and is not counted as a call."""
-    server = ServerCore(max_calls=1, max_inflight=1)
+    server = ServerCore(CallLimits(max_calls=1, max_inflight=1))
     assert server.admit(request("1")) is None
     refusal = server.admit(request("2"))
     assert refusal is not None
@@ -489,6 +490,20 @@ def test_in_flight_cap_is_checked_before_quotas_and_refusals_are_not_calls() -> 
     quota = server.admit(request("3"))
     assert quota is not None
     assert "call quota" in response_of(quota, MAX_FRAME_BYTES).error
+
+
+def test_no_limit_is_none_and_zero_is_zero() -> None:
+    """A quota of None is no limit; a quota of 0 admits no call at all."""
+    unlimited = ServerCore(CallLimits(max_calls=None, max_bytes=None))
+    for i in range(100):
+        assert unlimited.admit(request(str(i))) is None
+        assert unlimited.settle(str(i), "x" * 1000) is not None
+    for zero in (CallLimits(max_calls=0), CallLimits(max_bytes=0)):
+        server = ServerCore(zero)
+        refusal = server.admit(request("1"))
+        assert refusal is not None
+        assert response_of(refusal, MAX_FRAME_BYTES).kind is Kind.LIMIT
+        assert server.statistics().calls == 0
 
 
 @given(
@@ -550,7 +565,7 @@ def test_a_value_too_large_for_one_frame_is_answered_limit_and_not_counted() -> 
 
 def test_a_value_over_the_byte_quota_is_withheld_and_later_calls_refused() -> None:
     """A value past MaxBytes is answered ``limit``; once the quota is spent, calls are refused."""
-    server = ServerCore(max_bytes=10)
+    server = ServerCore(CallLimits(max_bytes=10))
     assert server.admit(request("1")) is None
     assert server.admit(request("2")) is None
     first = server.settle("1", "\u00e9" * 5)  # 10 bytes of UTF-8: exactly the quota
@@ -567,7 +582,7 @@ def test_a_value_over_the_byte_quota_is_withheld_and_later_calls_refused() -> No
 
 def test_an_expired_call_is_answered_transient_once_and_late_settles_are_ignored() -> None:
     """At its deadline a call is answered ``transient``; its handler's late answer is dropped."""
-    server = ServerCore(max_call_deadline=2.0)
+    server = ServerCore(CallLimits(max_call_deadline=2.0))
     for call_id, deadline_ms in (("a", 500), ("b", 5000), ("c", 0)):
         assert server.admit(request(call_id, deadline_ms)) is None
     assert server.arm_deadline("a", 500, now=10.0) == 10.5  # the wish, shorter than the cap
@@ -684,7 +699,7 @@ def test_a_deadline_outside_int64_is_a_protocol_error_at_the_server_core(
     deadline_ms: int,
 ) -> None:
     """``deadline_ms`` past Go's int64 is refused on receipt, before any arithmetic."""
-    server = ServerCore(max_call_deadline=5.0)
+    server = ServerCore(CallLimits(max_call_deadline=5.0))
     payload = b'{"v":1,"id":"1","tool":"t","args":"","deadline_ms":%d}' % deadline_ms
     server.receive_data(encode_frame(payload))
     with pytest.raises(RemoteProtocolError):
@@ -693,7 +708,7 @@ def test_a_deadline_outside_int64_is_a_protocol_error_at_the_server_core(
 
 def test_the_largest_int64_deadline_is_clamped_like_any_other() -> None:
     """2**63 - 1 ms is a legal wish: it decodes, and the cap still wins."""
-    server = ServerCore(max_call_deadline=5.0)
+    server = ServerCore(CallLimits(max_call_deadline=5.0))
     server.receive_data(frame_message(request("1", deadline_ms=2**63 - 1)))
     got = server.next_request()
     assert isinstance(got, Request)

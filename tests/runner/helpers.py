@@ -21,6 +21,7 @@ import msgspec
 
 from protocol import (
     VERSION,
+    CallLimits,
     CallStats,
     FdChannel,
     Request,
@@ -149,13 +150,13 @@ async def run_program(
     bindings: Sequence[StartBinding | str] = ("echo",),
     handler: Handler = echo,
     *,
-    max_calls: int = 0,
+    max_calls: int | None = None,
     command: Sequence[str] | None = None,
     env: dict[str, str] | None = None,
 ) -> Run:
     """Run ``program`` in a real runner process and collect everything it produced."""
     with spawn_runner(command=command, env=env) as child:
-        server = Server(child.call, handler, max_calls=max_calls)
+        server = Server(child.call, handler, CallLimits(max_calls=max_calls))
         with anyio.fail_after(30):
             async with anyio.create_task_group() as tg:
                 tg.start_soon(server.serve)
