@@ -23,9 +23,7 @@ from ..agent import (
     Agent,
     AgentResult,
     Approval,
-    CompactionResult,
     Events,
-    FillCheck,
     Grant,
     ModelError,
     Paused,
@@ -33,8 +31,8 @@ from ..agent import (
     ToolCall,
     TrajectoryStore,
     Verdict,
-    VerifyResult,
 )
+from ..agent.parts import CompactionResult, FillCheck, VerifyResult
 from ._options import DEFAULT_TIMEOUT, budget_from, budget_options, level_option, tool_objects
 
 __all__ = ["add_agent_parser", "agent", "read_trajectory"]

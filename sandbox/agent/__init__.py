@@ -3,42 +3,23 @@ sandbox and call host tools, under the session's policy, until it finishes.
 
 :class:`Agent` is the loop (not to be confused with the execution plane's Executor, which
 runs one tool call); :class:`PlaneTools` gives it a session's tools; :class:`OpenAICaller`
-talks to any OpenAI-compatible chat endpoint.
+talks to any OpenAI-compatible chat endpoint. What builders of callers, context managers
+and hooks need beyond this is in :mod:`sandbox.agent.parts`.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from . import parts
 from ._acting import wrap_untrusted
-from ._cache import ResultCache
 from ._callers import DumpCaller, LoggingCaller
-from ._context import ContextWindow, PruneObservations
-from ._hooks import Approval, Breakers, Events, Grant, HumanInTheLoop, NoHuman, Verdict
+from ._context import ContextWindow
+from ._hooks import Approval, Breakers, Events, Grant, HumanInTheLoop, Verdict
 from ._loop import Agent, TrajectoryStore
-from ._tools import PlaneTools, ToolExecutor
-from ._truncation import ResultBudget, TruncationConfig, default_truncation
-from ._types import (
-    AgentResult,
-    ChatRequest,
-    ChatResponse,
-    CompactionResult,
-    ContextManager,
-    ContextOverflow,
-    FillCheck,
-    FillStatus,
-    Message,
-    ModelCaller,
-    ModelError,
-    Paused,
-    Step,
-    StopReason,
-    ToolCall,
-    ToolOutcome,
-    ToolSpec,
-    Usage,
-)
-from ._verify import VerifyResult
+from ._tools import PlaneTools
+from ._truncation import ResultBudget, TruncationConfig
+from ._types import AgentResult, ModelCaller, ModelError, Paused, Step, ToolCall
 
 if TYPE_CHECKING:
     from ._openai import OpenAICaller
@@ -59,40 +40,23 @@ __all__ = [
     "AgentResult",
     "Approval",
     "Breakers",
-    "ChatRequest",
-    "ChatResponse",
-    "CompactionResult",
-    "ContextManager",
-    "ContextOverflow",
     "ContextWindow",
     "DumpCaller",
     "Events",
-    "FillCheck",
-    "FillStatus",
     "Grant",
     "HumanInTheLoop",
     "LoggingCaller",
-    "Message",
     "ModelCaller",
     "ModelError",
-    "NoHuman",
     "OpenAICaller",
     "Paused",
     "PlaneTools",
-    "PruneObservations",
     "ResultBudget",
-    "ResultCache",
     "Step",
-    "StopReason",
     "ToolCall",
-    "ToolExecutor",
-    "ToolOutcome",
-    "ToolSpec",
     "TrajectoryStore",
     "TruncationConfig",
-    "Usage",
     "Verdict",
-    "VerifyResult",
-    "default_truncation",
+    "parts",
     "wrap_untrusted",
 ]

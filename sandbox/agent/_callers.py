@@ -39,7 +39,7 @@ class DumpCaller:
     """Forwards to ``inner``, writing each request and each response to ``writer`` as a
     JSON line: ``{"time", "direction", "payload"}``, where ``time`` is UTC in ISO 8601,
     ``direction`` is ``request`` or ``response``, and ``payload`` is the whole
-    :class:`~sandbox.agent.ChatRequest` or :class:`~sandbox.agent.ChatResponse` as plain
+    :class:`~sandbox.agent.parts.ChatRequest` or :class:`~sandbox.agent.parts.ChatResponse` as plain
     JSON. A call that fails writes a ``response`` record whose ``payload`` is null and whose
     ``error`` says what was raised (the exception itself propagates unchanged). A
     cancelled call writes no response.

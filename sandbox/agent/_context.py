@@ -435,7 +435,7 @@ def _clip(text: str, n: int) -> str:
 
 
 class ContextWindow:
-    """The loop's :class:`~sandbox.agent.ContextManager` (see the module docstring).
+    """The loop's :class:`~sandbox.agent.parts.ContextManager` (see the module docstring).
 
     Args:
         system: the system message ("" for none).

@@ -92,15 +92,15 @@ class PlaneTools:
     async def execute(self, name: str, arguments: dict[str, Any], call_id: str) -> ToolOutcome:
         try:
             r = await self.set.call(plane.Call(tool=name, arguments=arguments, id=call_id))
-        except plane.Refused as exc:
+        except plane.errors.Refused as exc:
             return ToolOutcome(
                 text=f"refused by policy: {exc.reason or 'no reason given'}", is_error=True
             )
-        except plane.FactsUnavailable as exc:
+        except plane.errors.FactsUnavailable as exc:
             return ToolOutcome(
                 text=f"blocked: what the call would touch cannot be read: {exc}", is_error=True
             )
-        except plane.UnknownTool:
+        except plane.errors.UnknownTool:
             return ToolOutcome(text=f"no tool named {name!r}", is_error=True)
         except plane.PlaneError as exc:
             return ToolOutcome(text=f"{type(exc).__name__}: {exc}", is_error=True)

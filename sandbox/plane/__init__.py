@@ -7,6 +7,9 @@ claims read per call before it runs: its :class:`Facts` (what the call would tou
 :class:`Replay` (whether it may run again). The sandbox itself is a tool
 (:class:`ProgramTool`), whose programs call the executor's other tools as ``host.<name>``,
 each such call decided by the session's policy as a direct call is (:class:`Set`).
+
+Its exceptions are in :mod:`sandbox.plane.errors` (:class:`PlaneError` is their root); what
+builders of tools, executors and servers need beyond this is in :mod:`sandbox.plane.parts`.
 """
 
 from __future__ import annotations
@@ -17,58 +20,32 @@ from .._model import (
     Annotations,
     Call,
     CallContext,
-    Closeable,
     Descriptor,
     Facts,
-    Factual,
-    Invoke,
-    NeedsPeers,
     Replay,
-    Replayable,
     Result,
     Tool,
     ToolInfo,
 )
-from ._capability import CAPABILITY_KEY, CAPABILITY_VERSION, Capability
-from ._errors import (
-    BadCapability,
-    CallLost,
-    Changed,
-    DuplicateTool,
-    ExecutorClosed,
-    FactsMismatch,
-    FactsUnavailable,
-    NoCapability,
-    NotAnExecutor,
-    PlaneError,
-    Refused,
-    ToolMismatch,
-    ToolNamedTwice,
-    UnknownTool,
-    UnknownVersion,
-    Unreachable,
-)
-from ._executor import FACTS_TIMEOUT, Batcher, Executor, InProcess
+from . import errors, parts
+from ._capability import CAPABILITY_KEY
+from ._executor import Executor, InProcess
 from ._program import ProgramTool
-from ._set import ALLOW, Batch, Decision, Policy, Set, deny
+from ._set import ALLOW, Decision, Policy, Set, deny
+from .errors import PlaneError
 
 if TYPE_CHECKING:
-    from ._auth import BearerToken, JwtVerifier, OAuth, read_token
-    from ._remote import KEEPALIVE, Dialer, Remote, http, stdio
-    from ._serve import SESSION_IDLE, ExecutorServer
+    from ._auth import OAuth, read_token
+    from ._remote import Remote, http, stdio
+    from ._serve import ExecutorServer
 
 # The MCP ends load the MCP SDK (most of a second): only when they are asked for.
 _LAZY = {
-    "BearerToken": "_auth",
-    "JwtVerifier": "_auth",
     "OAuth": "_auth",
     "read_token": "_auth",
-    "KEEPALIVE": "_remote",
-    "Dialer": "_remote",
     "Remote": "_remote",
     "http": "_remote",
     "stdio": "_remote",
-    "SESSION_IDLE": "_serve",
     "ExecutorServer": "_serve",
 }
 
@@ -87,57 +64,29 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "ALLOW",
     "CAPABILITY_KEY",
-    "CAPABILITY_VERSION",
-    "FACTS_TIMEOUT",
-    "KEEPALIVE",
-    "SESSION_IDLE",
     "Annotations",
-    "BadCapability",
-    "Batch",
-    "Batcher",
-    "BearerToken",
     "Call",
     "CallContext",
-    "Capability",
-    "CallLost",
-    "Changed",
-    "Closeable",
     "Decision",
     "Descriptor",
-    "Dialer",
-    "DuplicateTool",
     "Executor",
-    "ExecutorClosed",
     "ExecutorServer",
-    "Factual",
     "Facts",
-    "FactsMismatch",
-    "FactsUnavailable",
     "InProcess",
-    "Invoke",
-    "JwtVerifier",
-    "NeedsPeers",
-    "NoCapability",
-    "NotAnExecutor",
     "OAuth",
     "PlaneError",
     "Policy",
     "ProgramTool",
-    "Refused",
     "Remote",
     "Replay",
-    "Replayable",
     "Result",
     "Set",
     "Tool",
     "ToolInfo",
-    "ToolMismatch",
-    "ToolNamedTwice",
-    "UnknownTool",
-    "UnknownVersion",
-    "Unreachable",
     "deny",
+    "errors",
     "http",
+    "parts",
     "read_token",
     "stdio",
 ]

@@ -28,7 +28,7 @@ from msgspec import UNSET
 
 from .._budget import DEFAULTS, Budget
 from .._model import Annotations, Descriptor, Facts, Replay, ToolInfo
-from ._errors import (
+from .errors import (
     BadCapability,
     FactsMismatch,
     NoCapability,

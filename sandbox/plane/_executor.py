@@ -28,7 +28,7 @@ from .._model import (
     Tool,
     ToolInfo,
 )
-from ._errors import DuplicateTool, ExecutorClosed, FactsUnavailable, UnknownTool
+from .errors import DuplicateTool, ExecutorClosed, FactsUnavailable, UnknownTool
 
 __all__ = ["FACTS_TIMEOUT", "Batcher", "Executor", "InProcess"]
 

@@ -48,7 +48,9 @@ from ._capability import (
     ReplayReply,
     check_server,
 )
-from ._errors import (
+from ._executor import FACTS_TIMEOUT
+from ._mcp import Dispatcher, initialize, raw_request
+from .errors import (
     CallLost,
     Changed,
     ExecutorClosed,
@@ -58,8 +60,6 @@ from ._errors import (
     UnknownTool,
     Unreachable,
 )
-from ._executor import FACTS_TIMEOUT
-from ._mcp import Dispatcher, initialize, raw_request
 
 __all__ = ["KEEPALIVE", "Dialer", "Remote", "http", "stdio"]
 
@@ -213,17 +213,17 @@ class Remote:
 
     Before it is trusted, the server is checked: it must advertise the executor
     capability, of a version this client reads, naming every tool it lists and no more,
-    each with the flags its listing carries (:class:`~sandbox.plane.NotAnExecutor`'s
+    each with the flags its listing carries (:class:`~sandbox.plane.errors.NotAnExecutor`'s
     subclasses say what failed).
 
     Made by :meth:`dial`, it reconnects: a lost connection is dialed again before the next
     request, so nothing that was never sent is lost. A call in flight when the connection
-    went fails with :class:`~sandbox.plane.CallLost` and is not sent again, since it may
+    went fails with :class:`~sandbox.plane.errors.CallLost` and is not sent again, since it may
     have run; a reading (facts, replay), which has no effect, is retried once on the new
     connection. The new connection must reach the same executor (descriptor, tools,
     definitions and claims); if not, this request and every one after fail with
-    :class:`~sandbox.plane.Changed`, without dialing again. A failed dial is
-    :class:`~sandbox.plane.Unreachable`, and the next request dials again.
+    :class:`~sandbox.plane.errors.Changed`, without dialing again. A failed dial is
+    :class:`~sandbox.plane.errors.Unreachable`, and the next request dials again.
     """
 
     def __init__(
@@ -270,7 +270,7 @@ class Remote:
         redial: bool = False,
     ) -> AsyncIterator[Remote]:
         """Connect once and check the server. Once this connection is lost, every request
-        fails (:class:`~sandbox.plane.Unreachable`); :meth:`dial` reconnects.
+        fails (:class:`~sandbox.plane.errors.Unreachable`); :meth:`dial` reconnects.
 
         Args:
             dialer: :func:`stdio` or :func:`http`, or any async context manager of an MCP

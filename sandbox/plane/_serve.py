@@ -50,10 +50,10 @@ from ._capability import (
     cap_budget,
     flags_of,
 )
-from ._errors import PlaneError, UnknownTool
 from ._executor import FACTS_TIMEOUT, InProcess
 from ._http import PATH, http_app, listening_socket
 from ._stdio import StdioTransport
+from .errors import PlaneError, UnknownTool
 
 __all__ = ["SESSION_IDLE", "ExecutorServer", "Tools"]
 

@@ -14,8 +14,8 @@ import msgspec
 from protocol import Kind
 
 from .._model import Call, CallContext, Facts, Replay, Result, ToolInfo
-from ._errors import FactsUnavailable, PlaneError, Refused, UnknownTool
 from ._executor import Batcher, Executor
+from .errors import FactsUnavailable, PlaneError, Refused, UnknownTool
 
 __all__ = ["ALLOW", "Batch", "Decision", "Policy", "Set", "deny"]
 
@@ -130,7 +130,7 @@ class Set:
     Readings are pinned so that one decision reads one claim: under :meth:`pin`, every
     reading of a call's facts is the first one; under :meth:`pin_batch`, a model
     response's calls are read in one request (when the executor is a
-    :class:`~sandbox.plane.Batcher`) and held until the batch is let go. A failed reading
+    :class:`~sandbox.plane.parts.Batcher`) and held until the batch is let go. A failed reading
     blocks its call each time it is read.
 
     Make one with :meth:`bind`.

@@ -12,18 +12,8 @@ import msgspec
 
 import sandbox
 from sandbox import plane
-from sandbox.agent import (
-    Agent,
-    AgentResult,
-    ChatRequest,
-    ChatResponse,
-    ContextWindow,
-    PlaneTools,
-    StopReason,
-    ToolCall,
-    ToolSpec,
-    Usage,
-)
+from sandbox.agent import Agent, AgentResult, ContextWindow, PlaneTools, ToolCall
+from sandbox.agent.parts import ChatRequest, ChatResponse, StopReason, ToolSpec, Usage
 
 #: The longest a scripted run may take, binding its tools included. The model is a script
 #: and the tools answer at once (in a worker thread), so a run that takes this long is

@@ -12,20 +12,17 @@ import sandbox
 from sandbox.agent import (
     Approval,
     Breakers,
-    ChatRequest,
-    ContextOverflow,
     ContextWindow,
     Events,
     Grant,
     ModelError,
     Paused,
     Step,
-    StopReason,
     ToolCall,
     TrajectoryStore,
     Verdict,
-    VerifyResult,
 )
+from sandbox.agent.parts import ChatRequest, ContextOverflow, StopReason, VerifyResult
 
 from .loop_helpers import (
     RUN_DEADLINE,
@@ -269,7 +266,7 @@ async def test_an_overflow_compacts_and_retries_once_keeping_the_interjection() 
         consumed = 0
 
         def build_prompt(self) -> list[Any]:
-            from sandbox.agent import Message
+            from sandbox.agent.parts import Message
 
             prompt = super().build_prompt()
             if self.pending:

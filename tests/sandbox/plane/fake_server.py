@@ -22,7 +22,7 @@ from sandbox import plane
 KEY = "io.github.sandbox-runtime/executor"
 
 
-def fake_dialer(config: dict[str, Any]) -> plane.Dialer:
+def fake_dialer(config: dict[str, Any]) -> plane.parts.Dialer:
     """A dialer of a server advertising ``config["capability"]`` (if there is one) and
     listing ``config["tools"]``: each ``{"name", "readOnly"?, "meta"?}``. With
     ``config["facts"]``, it answers the facts method with that, whatever is asked."""

@@ -60,7 +60,7 @@ async def test_a_bearer_token_lets_in_whoever_has_it(tmp_path: Path) -> None:
         async with plane.Remote.connect(plane.http(url, token=TOKEN)) as remote:
             r = await remote.call(plane.Call(tool="lookup", arguments={"key": "t"}))
             assert r.data == "T"
-        with pytest.raises(plane.Unreachable):
+        with pytest.raises(plane.errors.Unreachable):
             async with plane.Remote.connect(plane.http(url, token="x" * 32)):
                 pass
 

@@ -69,21 +69,21 @@ async def test_a_tool_that_raises_is_an_error_result_not_an_exception() -> None:
 async def test_unknown_tool_and_closed_executor_are_typed_errors() -> None:
     t = Counted()
     ex = plane.InProcess([t])
-    with pytest.raises(plane.UnknownTool):
+    with pytest.raises(plane.errors.UnknownTool):
         await ex.call(plane.Call(tool="nope"))
-    with pytest.raises(plane.UnknownTool):
+    with pytest.raises(plane.errors.UnknownTool):
         await ex.facts(plane.Call(tool="nope"))
     await ex.aclose()
     await ex.aclose()
     assert t.closed == 1, "closed once, however often aclose is called"
-    with pytest.raises(plane.ExecutorClosed):
+    with pytest.raises(plane.errors.ExecutorClosed):
         await ex.call(plane.Call(tool="touch", arguments={"path": "a"}))
 
 
 async def test_duplicate_names_and_non_tools_are_refused() -> None:
-    with pytest.raises(plane.DuplicateTool):
+    with pytest.raises(plane.errors.DuplicateTool):
         plane.InProcess([Counted("x"), Counted("x")])
-    assert issubclass(plane.DuplicateTool, ToolError)
+    assert issubclass(plane.errors.DuplicateTool, ToolError)
     with pytest.raises(TypeError):
         plane.InProcess([object()])  # type: ignore[list-item]
 
@@ -117,7 +117,7 @@ async def test_build_closes_what_it_made_when_anything_fails() -> None:
     assert [t.closed for t in made] == [1, 1]
 
     made.clear()
-    with pytest.raises(plane.DuplicateTool):
+    with pytest.raises(plane.errors.DuplicateTool):
         await plane.InProcess.build([make("a"), make("a")])
     assert [t.closed for t in made] == [1, 1]
 
@@ -152,10 +152,10 @@ async def test_claims_are_read_in_the_executor() -> None:
 
 async def test_a_failed_or_slow_reading_is_an_error_never_a_guess() -> None:
     ex = plane.InProcess([Counted("bad", fail=True), Counted("slow", slow=5)], facts_timeout=0.2)
-    with pytest.raises(plane.FactsUnavailable, match="cannot be read"):
+    with pytest.raises(plane.errors.FactsUnavailable, match="cannot be read"):
         await ex.facts(plane.Call(tool="bad", arguments={"path": "a"}))
     with anyio.fail_after(3):
-        with pytest.raises(plane.FactsUnavailable, match="longer than"):
+        with pytest.raises(plane.errors.FactsUnavailable, match="longer than"):
             await ex.facts(plane.Call(tool="slow", arguments={"path": "a"}))
     # Replay has a safe answer for "cannot tell": unknown.
     assert await ex.replay(plane.Call(tool="bad", arguments={"path": "a"})) is (

@@ -92,7 +92,7 @@ async def test_the_budget_and_level_are_the_hosts_never_the_callers() -> None:
     ):
         # Through a session, a call whose claim cannot be read is blocked; straight to
         # the executor, it is an invalid call. Either way nothing runs.
-        with pytest.raises(plane.FactsUnavailable):
+        with pytest.raises(plane.errors.FactsUnavailable):
             await s.call(plane.Call(tool="run_program", arguments=bad))
         r = await ex.call(plane.Call(tool="run_program", arguments=bad))
         assert r.is_error
@@ -123,7 +123,7 @@ async def test_a_program_call_says_what_it_would_touch_at_its_level() -> None:
     confined = executor("confined")
     facts = await confined.facts(plane.Call(tool="run_program", arguments={"code": "1"}))
     assert (facts.level, facts.reads, facts.writes, facts.network) == ("confined", (), (), ())
-    with pytest.raises(plane.FactsUnavailable):
+    with pytest.raises(plane.errors.FactsUnavailable):
         await confined.facts(plane.Call(tool="run_program", arguments={"nope": 1}))
 
 

@@ -66,48 +66,54 @@ def variant(**change: Any) -> dict[str, Any]:
 
 
 REFUSALS = [
-    pytest.param({"tools": GOOD["tools"]}, plane.NoCapability, id="plain-mcp-server"),
-    pytest.param(variant(capability={**CAP, "version": 2}), plane.UnknownVersion, id="version-2"),
+    pytest.param({"tools": GOOD["tools"]}, plane.errors.NoCapability, id="plain-mcp-server"),
     pytest.param(
-        variant(capability={**CAP, "version": "1"}), plane.UnknownVersion, id="version-str"
+        variant(capability={**CAP, "version": 2}), plane.errors.UnknownVersion, id="version-2"
+    ),
+    pytest.param(
+        variant(capability={**CAP, "version": "1"}), plane.errors.UnknownVersion, id="version-str"
     ),
     pytest.param(
         variant(capability={**CAP, "ceilings": {"max_calls": -1}}),
-        plane.BadCapability,
+        plane.errors.BadCapability,
         id="impossible-ceilings",
     ),
     pytest.param(
-        variant(capability={**CAP, "tools": "a,b"}), plane.BadCapability, id="undecodable"
+        variant(capability={**CAP, "tools": "a,b"}), plane.errors.BadCapability, id="undecodable"
     ),
     pytest.param(
-        variant(capability={**CAP, "descriptor": 7}), plane.BadCapability, id="bad-descriptor"
+        variant(capability={**CAP, "descriptor": 7}),
+        plane.errors.BadCapability,
+        id="bad-descriptor",
     ),
     pytest.param(
-        variant(tools=[*GOOD["tools"], listed("c")]), plane.ToolMismatch, id="listed-not-named"
+        variant(tools=[*GOOD["tools"], listed("c")]),
+        plane.errors.ToolMismatch,
+        id="listed-not-named",
     ),
     pytest.param(
         variant(capability={**CAP, "tools": [*CAP["tools"], flags("c")]}),
-        plane.ToolMismatch,
+        plane.errors.ToolMismatch,
         id="named-not-listed",
     ),
     pytest.param(
         variant(capability={**CAP, "tools": [*CAP["tools"], flags("a", facts=True)]}),
-        plane.ToolNamedTwice,
+        plane.errors.ToolNamedTwice,
         id="named-twice",
     ),
     pytest.param(
         variant(tools=[listed("a", facts=False), listed("b", readOnly=True)]),
-        plane.FactsMismatch,
+        plane.errors.FactsMismatch,
         id="facts-flag-disagrees",
     ),
     pytest.param(
         variant(tools=[{"name": "a"}, listed("b", readOnly=True)]),
-        plane.FactsMismatch,
+        plane.errors.FactsMismatch,
         id="listing-without-flags",
     ),
     pytest.param(
         variant(tools=[listed("a", facts=True), {**listed("b", readOnly=True), "readOnly": False}]),
-        plane.FactsMismatch,
+        plane.errors.FactsMismatch,
         id="read-only-disagrees",
     ),
 ]
@@ -115,7 +121,7 @@ REFUSALS = [
 
 @pytest.mark.parametrize(("config", "error"), REFUSALS)
 async def test_a_server_that_is_not_an_executor_is_refused(
-    config: dict[str, Any], error: type[plane.NotAnExecutor]
+    config: dict[str, Any], error: type[plane.errors.NotAnExecutor]
 ) -> None:
     warned: list[str] = []
     with pytest.raises(error):
@@ -148,10 +154,10 @@ async def test_the_corrected_server_connects() -> None:
 async def test_a_reading_the_server_botches_blocks_the_call(reply: dict[str, Any] | None) -> None:
     config = GOOD if reply is None else {**GOOD, "facts": reply}
     async with plane.Remote.connect(fake_dialer(config)) as remote:
-        with pytest.raises(plane.FactsUnavailable):
+        with pytest.raises(plane.errors.FactsUnavailable):
             await remote.facts(plane.Call(tool="a"))
         s = await plane.Set.bind(remote)
-        with pytest.raises(plane.FactsUnavailable):
+        with pytest.raises(plane.errors.FactsUnavailable):
             await s.call(plane.Call(tool="a"))
         assert remote.connected
 
@@ -163,10 +169,10 @@ async def test_the_executor_order_is_the_capabilitys_not_the_listings() -> None:
 
 
 async def test_a_server_that_cannot_be_started_is_unreachable() -> None:
-    with pytest.raises(plane.Unreachable):
+    with pytest.raises(plane.errors.Unreachable):
         async with plane.Remote.connect(plane.stdio(["/nonexistent/sandbox-serve"])):
             pass
-    with pytest.raises(plane.Unreachable):
+    with pytest.raises(plane.errors.Unreachable):
         async with plane.Remote.connect(plane.stdio([sys.executable, "-c", "pass"])):
             pass
 
@@ -187,14 +193,14 @@ async def test_claims_and_calls_are_the_executors() -> None:
         bad = await remote.call(plane.Call(tool="lookup", arguments={"key": 5}))
         assert bad.is_error
         assert bad.kind is Kind.INVALID
-        with pytest.raises(plane.UnknownTool):
+        with pytest.raises(plane.errors.UnknownTool):
             await remote.call(plane.Call(tool="nope"))
-        with pytest.raises(plane.FactsUnavailable):
+        with pytest.raises(plane.errors.FactsUnavailable):
             await remote.facts(plane.Call(tool="lookup", arguments={"wrong": 1}))
         got = await remote.batch_facts([lookup, plane.Call(tool="pid"), plane.Call(tool="x")])
         assert got[0] == plane.Facts(reads=("/db/k",))
         assert got[1] == plane.Facts()
-        assert isinstance(got[2], plane.UnknownTool)
+        assert isinstance(got[2], plane.errors.UnknownTool)
 
 
 async def test_a_slow_reading_blocks_its_call_and_leaves_the_connection_up(
@@ -202,13 +208,13 @@ async def test_a_slow_reading_blocks_its_call_and_leaves_the_connection_up(
 ) -> None:
     slow = plane.Call(tool="mark", arguments={"path": str(tmp_path / "t"), "seconds": 5})
     async with plane.Remote.connect(plane.stdio(serve_command()), facts_timeout=1) as remote:
-        with anyio.fail_after(4), pytest.raises(plane.FactsUnavailable, match="longer"):
+        with anyio.fail_after(4), pytest.raises(plane.errors.FactsUnavailable, match="longer"):
             await remote.facts(slow)
         assert remote.connected
         assert (await remote.call(plane.Call(tool="lookup", arguments={"key": "a"}))).data == "A"
         # Through a session, the call is blocked and never runs.
         s = await plane.Set.bind(remote)
-        with anyio.fail_after(4), pytest.raises(plane.FactsUnavailable):
+        with anyio.fail_after(4), pytest.raises(plane.errors.FactsUnavailable):
             await s.call(slow)
     assert not await anyio.Path(tmp_path / "t").exists()
 
@@ -356,7 +362,7 @@ async def test_a_call_in_flight_when_the_connection_goes_is_never_sent_again(
                 os.kill(first, signal.SIGKILL)
 
             tg.start_soon(kill_when_marked)
-            with anyio.fail_after(20), pytest.raises(plane.CallLost):
+            with anyio.fail_after(20), pytest.raises(plane.errors.CallLost):
                 await remote.call(call)
         await until(lambda: not remote.connected)
         # The next request dials again; the lost call was not replayed there.
@@ -394,9 +400,9 @@ async def test_a_failed_dial_is_unreachable_and_the_next_request_dials_again() -
         first = await server_pid(remote)
         await lose(remote, first)
         dials.broken = True
-        with pytest.raises(plane.Unreachable):
+        with pytest.raises(plane.errors.Unreachable):
             await remote.call(plane.Call(tool="pid"))
-        with pytest.raises(plane.Unreachable):
+        with pytest.raises(plane.errors.Unreachable):
             await remote.facts(plane.Call(tool="lookup", arguments={"key": "k"}))
         dials.broken = False
         assert await server_pid(remote) != first
@@ -409,14 +415,14 @@ async def test_a_server_restarted_as_another_executor_is_refused_for_good() -> N
         first = await server_pid(remote)
         dials.env["SERVED_TOOLS"] = "other"
         await lose(remote, first)
-        with pytest.raises(plane.Changed):
+        with pytest.raises(plane.errors.Changed):
             await remote.call(plane.Call(tool="pid"))
         assert dials.count == 2
         del dials.env["SERVED_TOOLS"]  # even if it came back as it was:
         for _ in range(3):
-            with pytest.raises(plane.Changed):
+            with pytest.raises(plane.errors.Changed):
                 await remote.facts(plane.Call(tool="lookup", arguments={"key": "k"}))
-            with pytest.raises(plane.Changed):
+            with pytest.raises(plane.errors.Changed):
                 await remote.call(plane.Call(tool="pid"))
         assert dials.count == 2, "a changed executor is not dialed again"
         assert any("changed" in w for w in warned)
@@ -429,7 +435,7 @@ async def test_another_workspace_is_another_executor() -> None:
         first = await server_pid(remote)
         dials.extra = ("--root", "/srv/two")
         await lose(remote, first)
-        with pytest.raises(plane.Changed, match="workspace"):
+        with pytest.raises(plane.errors.Changed, match="workspace"):
             await remote.call(plane.Call(tool="pid"))
 
 
@@ -437,13 +443,13 @@ async def test_a_connection_made_by_connect_is_its_only_one() -> None:
     async with plane.Remote.connect(plane.stdio(serve_command())) as remote:
         first = await server_pid(remote)
         await lose(remote, first)
-        with pytest.raises(plane.Unreachable):
+        with pytest.raises(plane.errors.Unreachable):
             await remote.call(plane.Call(tool="pid"))
-        with pytest.raises(plane.Unreachable):
+        with pytest.raises(plane.errors.Unreachable):
             await remote.facts(plane.Call(tool="lookup", arguments={"key": "k"}))
         # A reading that cannot be made has a safe answer for replay: unknown.
         assert await remote.replay(plane.Call(tool="lookup", arguments={"key": "k"})) is (
             plane.Replay.UNKNOWN
         )
-    with pytest.raises(plane.ExecutorClosed):
+    with pytest.raises(plane.errors.ExecutorClosed):
         await remote.call(plane.Call(tool="pid"))

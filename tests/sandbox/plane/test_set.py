@@ -44,9 +44,9 @@ async def test_a_failed_reading_is_kept_and_blocks_every_time() -> None:
     c = call("a")
     with s.pin(c):
         for _ in range(3):
-            with pytest.raises(plane.FactsUnavailable):
+            with pytest.raises(plane.errors.FactsUnavailable):
                 await s.facts(c)
-        with pytest.raises(plane.FactsUnavailable):
+        with pytest.raises(plane.errors.FactsUnavailable):
             await s.call(c)
     assert t.readings == 1
     assert t.calls == [], "a call whose facts cannot be read never runs"
@@ -60,7 +60,7 @@ async def test_a_tool_without_claims_reads_as_zero_and_pins_nothing() -> None:
     c = call("a", tool="plain")
     with s.pin(c):
         assert await s.facts(c) == plane.Facts()
-    with pytest.raises(plane.UnknownTool):
+    with pytest.raises(plane.errors.UnknownTool):
         await s.facts(call("a", tool="nope"))
 
 
@@ -103,9 +103,9 @@ async def test_a_failed_batch_request_blocks_every_call_of_the_batch() -> None:
     calls = [call("a", id="1"), call("b", id="2")]
     with s.pin_batch(calls):
         for c in calls:
-            with pytest.raises(plane.FactsUnavailable):
+            with pytest.raises(plane.errors.FactsUnavailable):
                 await s.facts(c)
-            with pytest.raises(plane.FactsUnavailable):
+            with pytest.raises(plane.errors.FactsUnavailable):
                 await s.call(c)
     assert ex.batches == [2]
     assert t.calls == []
@@ -125,7 +125,7 @@ async def test_release_and_a_newer_batch_let_go_of_a_batch() -> None:
         await s.facts(a)
         with s.pin_batch([b]):
             assert older.released, "a newer batch of the session lets go of the older one"
-            with pytest.raises(plane.FactsUnavailable, match="released"):
+            with pytest.raises(plane.errors.FactsUnavailable, match="released"):
                 await older.facts(a)
     with s.pin_batch([a]) as last:
         s.release_all()
@@ -143,7 +143,7 @@ async def test_the_policy_decides_on_the_pinned_reading() -> None:
     s = await plane.Set.bind(plane.InProcess([t]), policy=policy)
     r = await s.call(call("/tmp/x"))
     assert r.text == "touched /tmp/x"
-    with pytest.raises(plane.Refused, match="not there"):
+    with pytest.raises(plane.errors.Refused, match="not there"):
         await s.call(call("/etc/passwd"))
     assert [f.writes for f in seen] == [("/tmp/x#1",), ("/etc/passwd#2",)]
     assert t.calls == [{"path": "/tmp/x"}]

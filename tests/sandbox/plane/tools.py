@@ -76,7 +76,7 @@ class Batching:
     async def batch_facts(self, calls: Sequence[plane.Call]) -> list[plane.Facts | Exception]:
         self.batches.append(len(calls))
         if self.fail:
-            raise plane.FactsUnavailable("the batch request failed")
+            raise plane.errors.FactsUnavailable("the batch request failed")
         out: list[plane.Facts | Exception] = []
         for c in calls:
             try:
