@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._calls import CallLimits, CallStats, ClientCore, ServerCore, effective_deadline
 from ._child import Client, Runner
-from ._constants import DEFAULT_MAX_INFLIGHT, MAX_FRAME_BYTES, MAX_NESTING, VERSION
+from ._constants import DEFAULT_MAX_INFLIGHT, INT64_MAX, MAX_FRAME_BYTES, MAX_NESTING, VERSION
 from ._errors import (
     CallError,
     ChannelClosed,
@@ -78,6 +78,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_MAX_INFLIGHT",
+    "INT64_MAX",
     "MAX_FRAME_BYTES",
     "MAX_NESTING",
     "VERSION",

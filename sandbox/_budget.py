@@ -9,7 +9,7 @@ from typing import Final, final
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from protocol import DEFAULT_MAX_INFLIGHT, CallLimits, StartBudget
+from protocol import DEFAULT_MAX_INFLIGHT, INT64_MAX, CallLimits, StartBudget
 from runner import DEFAULT_DISK_BYTES
 
 from ._errors import BudgetError
@@ -32,6 +32,73 @@ DEFAULTS: Final[Mapping[str, int | float]] = {
     # memory budget worth the name (the files are in memory); and so 4096 files.
     "max_disk": DEFAULT_DISK_BYTES,
 }
+
+
+# -- validation: every item, once, when a Budget is made (or decoded) --
+
+#: Items in seconds (an int or a float); every other item is a whole number.
+_SECONDS: Final = frozenset({"wall_clock", "max_call_deadline", "max_cpu"})
+#: The least value of each whole-number item, and why where it is not plain.
+_LEAST: Final[Mapping[str, tuple[int, str]]] = {
+    "max_calls": (0, ""),
+    "max_bytes": (0, ""),
+    "max_inflight": (1, ""),
+    "max_memory": (1, ""),
+    "max_output": (0, ""),
+    "max_file_size": (1, ""),
+    "max_open_files_per_process": (16, ": the runner itself needs a few"),
+    "max_processes": (1, ""),
+    "max_disk": (1, ""),
+}
+#: Items that ``None`` does not lift, and why.
+_NOT_NONE: Final[Mapping[str, str]] = {
+    "max_calls": "0 means no limit",
+    "max_bytes": "0 means no limit",
+    "max_inflight": "the in-flight cap is always enforced",
+    "max_output": "give a number of bytes",
+}
+
+
+def _nanoseconds(seconds: float) -> int:
+    """Seconds as the wire's whole nanoseconds (Go's ``time.Duration``)."""
+    return int(seconds * 1e9)
+
+
+def _problem(name: str, value: object) -> str | None:
+    """What is wrong with ``value`` for item ``name``, or None if nothing is.
+
+    Every bound the wire has is checked here, so that nothing made from a Budget (the
+    Start frame, the call server's limits, rlimits, cgroup limits) can be refused later:
+    integers on the wire are Go's int64, seconds go as int64 nanoseconds.
+    """
+    if value is UNSET and name in DEFAULTS:
+        return None
+    if value is None:
+        return f"cannot be None: {_NOT_NONE[name]}" if name in _NOT_NONE else None
+    got = f"got {value!r} ({type(value).__name__})"
+    if name in _SECONDS:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return f"must be a number of seconds, {got}"
+        try:
+            seconds = float(value)
+        except OverflowError:  # an int past every float
+            seconds = math.inf if value > 0 else -math.inf
+        if not (seconds > 0 and math.isfinite(seconds)):
+            return f"must be a positive, finite number of seconds, got {value!r}"
+        if not 1 <= seconds * 1e9 < 2.0**63:  # so that 1 <= _nanoseconds(value) <= INT64_MAX
+            return (
+                "must be from a nanosecond to 292 years (the wire's int64 nanoseconds), "
+                f"got {value!r}"
+            )
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        return f"must be a whole number, {got}"
+    least, why = _LEAST[name]
+    if value < least:
+        return f"must be >= {least}{why}, got {value!r}"
+    if value > INT64_MAX:
+        return f"must be at most {INT64_MAX} (Go's int64, as on the wire), got {value!r}"
+    return None
 
 
 def given(value: int | UnsetType | None) -> int | None:
@@ -86,32 +153,13 @@ class Budget(msgspec.Struct, frozen=True, kw_only=True):
     max_disk: int | UnsetType | None = UNSET
 
     def __post_init__(self) -> None:
-        for name in ("wall_clock", "max_call_deadline", "max_cpu"):
-            value = getattr(self, name)
-            if value is not None and not (value > 0 and math.isfinite(value)):
-                raise BudgetError(f"{name} must be a positive number of seconds, got {value!r}")
-        for name in ("max_calls", "max_bytes"):
-            if getattr(self, name) < 0:
-                raise BudgetError(f"{name} must be >= 0 (0 means no limit)")
-        if self.max_inflight < 1:
-            raise BudgetError(f"max_inflight must be >= 1, got {self.max_inflight}")
-        if self.max_output < 0:
-            raise BudgetError(f"max_output must be >= 0, got {self.max_output}")
-        for name in (
-            "max_memory",
-            "max_file_size",
-            "max_open_files_per_process",
-            "max_processes",
-            "max_disk",
-        ):
-            value = getattr(self, name)
-            if value is not None and value is not UNSET and value < 1:
-                raise BudgetError(f"{name} must be >= 1, got {value}")
-        files = self.max_open_files_per_process
-        if files is not None and files < 16:
-            raise BudgetError(
-                "max_open_files_per_process must be >= 16: the runner itself needs a few"
-            )
+        problems = {
+            name: problem
+            for name in self.__struct_fields__
+            if (problem := _problem(name, getattr(self, name))) is not None
+        }
+        if problems:
+            raise BudgetError(problems)
 
     def asked(self) -> list[str]:
         """The items that are asked for, by name (the ones a level must be able to enforce)."""
@@ -145,7 +193,7 @@ class Budget(msgspec.Struct, frozen=True, kw_only=True):
         """What the Start frame tells the child of this budget: the one place where seconds
         become the wire's nanoseconds. The wire writes "not asked for" as 0."""
         return StartBudget(
-            wall_clock=0 if self.wall_clock is None else int(self.wall_clock * 1e9),
+            wall_clock=0 if self.wall_clock is None else _nanoseconds(self.wall_clock),
             max_calls=self.max_calls,
             max_bytes=self.max_bytes,
             max_memory=self.max_memory or 0,

@@ -3,7 +3,7 @@
 ::
 
     SandboxError                 the host could not do what was asked; nothing ran
-    ├── BudgetError (ValueError)       a budget that makes no sense (negative, zero time)
+    ├── BudgetError (ValueError)       a budget item of a bad type or value, or past the wire
     ├── BudgetUnsupported              a budget item this level cannot enforce on this host
     ├── ConfinementUnavailable         the confined level lacks a wall on this host
     ├── ToolError (ValueError)         a tool that cannot be bound (bad name, duplicate)
@@ -14,6 +14,8 @@ as a :class:`~sandbox.RunResult` with a :class:`~protocol.Kind`.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 __all__ = [
     "BudgetError",
@@ -30,7 +32,15 @@ class SandboxError(Exception):
 
 
 class BudgetError(SandboxError, ValueError):
-    """A budget item with an impossible value."""
+    """A budget with an impossible value: the message names each bad item.
+
+    Attributes:
+        items: each bad item, with what is wrong with it.
+    """
+
+    def __init__(self, items: Mapping[str, str]) -> None:
+        super().__init__("; ".join(f"{item} {problem}" for item, problem in items.items()))
+        self.items = dict(items)
 
 
 class BudgetUnsupported(SandboxError):

@@ -314,8 +314,9 @@ class _Run:
                 except RemoteProtocolError as exc:
                     failure = (Kind.UNKNOWN, "protocol", f"the child broke the protocol: {exc}")
                 except LocalProtocolError as exc:
-                    # The Start cannot be sent (a budget past Go's int64): the child got
-                    # nothing, and no retry of this run can change that.
+                    # The Start cannot be sent (larger than a frame; a Budget never holds
+                    # what the wire cannot carry): the child got nothing, and no retry of
+                    # this run can change that.
                     failure = (Kind.INVALID, "protocol", f"the run cannot be started: {exc}")
                 except (ChannelClosed, anyio.BrokenResourceError):
                     failure = None  # decided below, once we know how the child ended

@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 import sandbox
-from sandbox import Budget, Kind, Level
+from sandbox import Budget, BudgetError, Kind, Level
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("spawn")]
 
@@ -45,16 +47,15 @@ async def test_a_hostile_frame_is_a_protocol_failure(payload: bytes, fd: int) ->
 
 
 @pytest.mark.parametrize(
-    "budget",
-    [Budget(wall_clock=1e10), Budget(wall_clock=10.0, max_calls=2**63)],
-    ids=["wall-clock-past-int64-ns", "max-calls-past-int64"],
+    "items",
+    [{"wall_clock": 1e10}, {"wall_clock": 10.0, "max_calls": 2**63}, {"max_memory": 2**63}],
+    ids=["wall-clock-past-int64-ns", "max-calls-past-int64", "max-memory-past-int64"],
 )
-async def test_a_budget_the_wire_cannot_carry_is_a_result_not_an_exception(
-    budget: Budget,
-) -> None:
-    """A budget past Go's int64 (292 years of wall clock in ns, say) cannot be sent in a
-    Start: the run ends as a protocol failure before the program starts, and ``run``
-    still returns a RunResult."""
-    result = await sandbox.run("1 + 1", tools=[echo], budget=budget, level=Level.PROCESS)
-    assert (result.kind, result.cause) == (Kind.INVALID, "protocol"), result.error
-    assert "int64" in (result.error or "")
+def test_a_budget_the_wire_cannot_carry_is_refused_when_made(items: dict[str, Any]) -> None:
+    """A budget past Go's int64 (292 years of wall clock in ns, say) could not be sent in a
+    Start: it is refused when it is made, naming the item, before anything runs."""
+    with pytest.raises(BudgetError) as info:
+        Budget(**items)
+    (item,) = info.value.items
+    assert item in items
+    assert "int64" in str(info.value)
