@@ -65,6 +65,19 @@ def _wait_readable(poller: select.poll, timeout: float | None) -> bool:
     return bool(poller.poll(ms))
 
 
+def _deadline(timeout: float | None) -> float | None:
+    """The monotonic time ``timeout`` seconds from now (None: no deadline)."""
+    return None if timeout is None else time.monotonic() + timeout
+
+
+def _readable_before(poller: select.poll, deadline: float | None) -> bool:
+    """Wait until the channel is readable; False if ``deadline`` passes first."""
+    if deadline is None:
+        return _wait_readable(poller, None)
+    left = deadline - time.monotonic()
+    return left > 0 and _wait_readable(poller, left)
+
+
 def _running_loop() -> asyncio.AbstractEventLoop | None:
     asyncio = sys.modules.get("asyncio")
     return None if asyncio is None else asyncio._get_running_loop()
@@ -323,14 +336,13 @@ class Runner:
         """
         if self._closed:
             raise ChannelClosed("the start channel is closed")
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = _deadline(timeout)
         core = self._core
         while True:
             item = core.next_start()
             if isinstance(item, Start):
                 return item
-            left = None if deadline is None else deadline - time.monotonic()
-            if (left is not None and left <= 0) or not _wait_readable(self._poller, left):
+            if not _readable_before(self._poller, deadline):
                 self.close()
                 raise TimeoutError(f"no Start within {timeout} s")
             try:
@@ -364,11 +376,8 @@ class Runner:
         """
         if self._closed:
             return False
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            left = None if deadline is None else deadline - time.monotonic()
-            if (left is not None and left <= 0) or not _wait_readable(self._poller, left):
-                return False
+        deadline = _deadline(timeout)
+        while _readable_before(self._poller, deadline):
             try:
                 if not os.read(self._rfd, _READ_CHUNK):
                     return True
@@ -376,6 +385,7 @@ class Runner:
                 continue
             except OSError:
                 return True  # the channel broke: as good as closed
+        return False
 
     def close(self) -> None:
         """Close the channel (idempotent)."""
