@@ -114,6 +114,8 @@ def _count(n: int, noun: str) -> str:
 # brackets count (``Map<string, number>``) except as part of an arrow (``=>``, ``->``).
 _OPEN: Final = "([{<"
 _CLOSE: Final = ")]}>"
+# Quotes that open a string literal (in a default value), JavaScript's backtick included.
+_QUOTES: Final = "\"'`"
 
 
 def _outside_quotes(text: str) -> Iterator[tuple[int, str, int]]:
@@ -123,25 +125,37 @@ def _outside_quotes(text: str) -> Iterator[tuple[int, str, int]]:
     at its inner depth, a closing one at its outer depth.
     """
     depth = 0
-    quote = ""
+    quote = ""  # the quote character of the literal we are in, if any
     escaped = False
     for i, ch in enumerate(text):
         if quote:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == quote:
-                quote = ""
-            continue
-        if ch in "\"'`":
+            quote, escaped = _in_literal(ch, quote, escaped)
+        elif ch in _QUOTES:
             quote = ch
-            continue
-        if ch in _OPEN:
-            depth += 1
-        elif ch in _CLOSE and not (ch == ">" and i and text[i - 1] in "=-"):
-            depth -= 1
-        yield i, ch, depth
+        else:
+            depth += _bracket_step(text, i)
+            yield i, ch, depth
+
+
+def _in_literal(ch: str, quote: str, escaped: bool) -> tuple[str, bool]:
+    """One character inside a literal opened by ``quote``: (the quote still open, or ""
+    once it closes; whether the next character is escaped)."""
+    if escaped:
+        return quote, False
+    if ch == "\\":
+        return quote, True
+    return ("" if ch == quote else quote), False
+
+
+def _bracket_step(text: str, i: int) -> int:
+    """How the bracket depth changes at ``text[i]``: +1, -1 or 0 (an arrow's ``>`` is no
+    bracket)."""
+    ch = text[i]
+    if ch in _OPEN:
+        return 1
+    if ch in _CLOSE and not (ch == ">" and i and text[i - 1] in "=-"):
+        return -1
+    return 0
 
 
 def _split_top_level(text: str) -> list[str]:
