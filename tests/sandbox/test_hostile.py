@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import psutil
@@ -37,6 +38,28 @@ async def run_hostile(name: str, level: Level, **budget: object) -> RunResult:
 
 async def run_hostile_source(program: str, level: Level, **budget: object) -> RunResult:
     return await sandbox.run(program, budget=Budget(**budget), level=level)  # type: ignore[arg-type]
+
+
+#: The wall clock the wall-clock tests set, and how much later than it their run may end:
+#: the kill and the reaping take milliseconds, a child's start tens of them (the zygote is
+#: started before the clock is read), and the rest is for a loaded two-core machine. A wall
+#: clock that fires 1.5 s late fails these tests (one that fires at 8x a 1 s limit is 7 s
+#: late).
+WALL_CLOCK = 1.0
+LATE = 1.5
+
+
+async def run_past_the_wall_clock(name: str, level: Level) -> None:
+    """Run hostile program ``name`` under :data:`WALL_CLOCK`: it ends with `limit`, cause
+    wall_clock, no sooner than the limit and less than :data:`LATE` after it, both as the
+    result says and as this test's own clock says."""
+    warm = await sandbox.run("1", level=level)  # the zygote, started outside the clock
+    assert warm.ok, warm.error
+    started = time.monotonic()
+    result = await run_hostile(name, level, wall_clock=WALL_CLOCK)
+    elapsed = time.monotonic() - started
+    assert (result.kind, result.cause) == (Kind.LIMIT, "wall_clock"), result.error
+    assert WALL_CLOCK <= result.wall_time <= elapsed < WALL_CLOCK + LATE
 
 
 needs_cgroups = pytest.mark.skipif(
@@ -101,10 +124,9 @@ async def test_fork_bomb_under_the_default_budget_ends_at_the_wall_clock(level: 
 
 
 async def test_ignores_sigterm(level: Level) -> None:
-    """A program that ignores SIGTERM is killed at the wall clock all the same."""
-    result = await run_hostile("ignores_sigterm", level, wall_clock=1.0)
-    assert (result.kind, result.cause) == (Kind.LIMIT, "wall_clock")
-    assert result.wall_time < 20
+    """A program that ignores SIGTERM and spins is killed at the wall clock all the same,
+    less than :data:`LATE` after it."""
+    await run_past_the_wall_clock("ignores_sigterm", level)
 
 
 async def test_setsid_double_fork_leaves_no_survivor(level: Level) -> None:
@@ -153,10 +175,9 @@ async def test_a_memory_error_raised_at_will_is_not_a_limit(
 
 
 async def test_sleeps_past_the_wall_clock(level: Level) -> None:
-    """A program asleep past the wall clock is ended at it."""
-    result = await run_hostile("sleeps_past_wall_clock", level, wall_clock=1.0)
-    assert (result.kind, result.cause) == (Kind.LIMIT, "wall_clock")
-    assert result.wall_time < 20
+    """A program asleep past the wall clock is ended at it, less than :data:`LATE` after
+    it. (``in_process`` refuses a wall clock: ``test_budget``.)"""
+    await run_past_the_wall_clock("sleeps_past_wall_clock", level)
 
 
 async def test_never_sends_result(level: Level) -> None:
