@@ -105,6 +105,16 @@ _NET_BIND_TCP: Final = 1 << 0  # ABI 4
 _NET_CONNECT_TCP: Final = 1 << 1  # ABI 4
 _SCOPE_ABSTRACT_UNIX_SOCKET: Final = 1 << 0  # ABI 6
 _SCOPE_SIGNAL: Final = 1 << 1  # ABI 6
+#: What each ABI adds to the rights handled (the module docstring's table): the ABI, then
+#: its filesystem rights, network rights and scopes.
+_HANDLED_SINCE: Final = (
+    (1, _FS_ABI1, 0, 0),
+    (2, _FS_REFER, 0, 0),
+    (3, _FS_TRUNCATE, 0, 0),
+    (4, 0, _NET_BIND_TCP | _NET_CONNECT_TCP, 0),
+    (5, _FS_IOCTL_DEV, 0, 0),
+    (6, 0, 0, _SCOPE_ABSTRACT_UNIX_SOCKET | _SCOPE_SIGNAL),
+)
 
 #: struct landlock_ruleset_attr: handled_access_fs, handled_access_net (ABI 4), scoped (ABI 6).
 #: It is passed truncated to the fields the ABI knows.
@@ -159,55 +169,95 @@ def restrict(
             cannot be opened, or a Landlock call failed (the kernel's errno, with the call and
             path in the message).
     """
-    for paths in (read_only, read_write, list_only):
+    _refuse_strings(read_only, read_write, list_only)
+    abi = _usable_abi()
+    create_ruleset, add_rule, restrict_self = _SYSCALLS[_machine()]
+    libc = _libc()
+    handled_fs, handled_net, scoped = _handled(abi)
+    ruleset = _create_ruleset(libc, create_ruleset, abi, handled_fs, handled_net, scoped)
+    try:
+        for paths, rights in (
+            (read_only, _FS_READ_ONLY),
+            (read_write, handled_fs & ~_FS_EXECUTE),
+            (list_only, _FS_READ_DIR),
+        ):
+            for path in paths:
+                _add_path_rule(libc, add_rule, ruleset, os.fspath(path), rights & handled_fs)
+        _enforce(libc, restrict_self, ruleset, abi)
+    finally:
+        os.close(ruleset)
+    return abi
+
+
+def _refuse_strings(*path_lists: Sequence[str | os.PathLike[str]]) -> None:
+    """Raise if a path list is one string: its characters would be taken for paths.
+
+    Raises:
+        TypeError: one of ``path_lists`` is a ``str`` or ``bytes``.
+    """
+    for paths in path_lists:
         if isinstance(paths, str | bytes):
             raise TypeError(f"landlock: expected a sequence of paths, got the string {paths!r}")
+
+
+def _usable_abi() -> int:
+    """The ABI whose rights :func:`restrict` handles: the kernel's, capped at :data:`KNOWN_ABI`.
+
+    Raises:
+        OSError: Landlock is unavailable (``EOPNOTSUPP``, with the reason).
+        RuntimeError: the ABI restricts the calling thread only, and there are others.
+    """
     kernel_abi, reason = _probe()
     if kernel_abi < 1:
         raise OSError(errno.EOPNOTSUPP, f"landlock: unavailable: {reason}")
     abi = min(kernel_abi, KNOWN_ABI)
     if abi < 8:
         _refuse_other_threads()
-    create_ruleset, add_rule, restrict_self = _SYSCALLS[_machine()]
+    return abi
 
-    handled_fs = _FS_ABI1
-    handled_net = scoped = 0
-    if abi >= 2:
-        handled_fs |= _FS_REFER
-    if abi >= 3:
-        handled_fs |= _FS_TRUNCATE
-    if abi >= 4:
-        handled_net = _NET_BIND_TCP | _NET_CONNECT_TCP
-    if abi >= 5:
-        handled_fs |= _FS_IOCTL_DEV
-    if abi >= 6:
-        scoped = _SCOPE_ABSTRACT_UNIX_SOCKET | _SCOPE_SIGNAL
+
+def _handled(abi: int) -> tuple[int, int, int]:
+    """Every right ABI ``abi`` knows: (filesystem rights, network rights, scopes)."""
+    fs = net = scoped = 0
+    for since, more_fs, more_net, more_scoped in _HANDLED_SINCE:
+        if abi >= since:
+            fs |= more_fs
+            net |= more_net
+            scoped |= more_scoped
+    return fs, net, scoped
+
+
+def _create_ruleset(
+    libc: ctypes.CDLL, create_ruleset: int, abi: int, handled_fs: int, handled_net: int, scoped: int
+) -> int:
+    """A new ruleset handling the given rights; its descriptor (the caller closes it).
+
+    Raises:
+        OSError: the kernel refused it.
+    """
+    # The attribute is passed truncated to the fields ABI ``abi`` knows.
     size = 8 if abi < 4 else 16 if abi < 6 else 24
     attr = ctypes.create_string_buffer(_RULESET_ATTR.pack(handled_fs, handled_net, scoped)[:size])
-
-    libc = _libc()
     ruleset = libc.syscall(
         ctypes.c_long(create_ruleset), attr, ctypes.c_size_t(size), ctypes.c_uint32(0)
     )
     if ruleset < 0:
         raise _os_error("landlock_create_ruleset")
-    try:
-        writable = handled_fs & ~_FS_EXECUTE
-        for paths, rights in (
-            (read_only, _FS_READ_ONLY),
-            (read_write, writable),
-            (list_only, _FS_READ_DIR),
-        ):
-            for path in paths:
-                _add_path_rule(libc, add_rule, ruleset, os.fspath(path), rights & handled_fs)
-        if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-            raise _os_error("prctl(PR_SET_NO_NEW_PRIVS)")
-        flags = _RESTRICT_SELF_TSYNC if abi >= 8 else 0
-        if libc.syscall(ctypes.c_long(restrict_self), ctypes.c_long(ruleset), ctypes.c_long(flags)):
-            raise _os_error("landlock_restrict_self")
-    finally:
-        os.close(ruleset)
-    return abi
+    return int(ruleset)
+
+
+def _enforce(libc: ctypes.CDLL, restrict_self: int, ruleset: int, abi: int) -> None:
+    """Set no_new_privs (the kernel requires it), then enforce ``ruleset`` on this process
+    (every thread of it from ABI 8).
+
+    Raises:
+        OSError: either call failed.
+    """
+    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise _os_error("prctl(PR_SET_NO_NEW_PRIVS)")
+    flags = _RESTRICT_SELF_TSYNC if abi >= 8 else 0
+    if libc.syscall(ctypes.c_long(restrict_self), ctypes.c_long(ruleset), ctypes.c_long(flags)):
+        raise _os_error("landlock_restrict_self")
 
 
 def _add_path_rule(libc: ctypes.CDLL, add_rule: int, ruleset: int, path: str, rights: int) -> None:
