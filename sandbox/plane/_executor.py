@@ -7,7 +7,7 @@ import inspect
 import math
 import os
 import socket
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any, Protocol, final, runtime_checkable
 
 import anyio
@@ -120,6 +120,29 @@ def _check_claims(t: Tool, info: ToolInfo) -> None:
         raise TypeError(f"tool {info.name!r} says it answers replay and has no replay()")
 
 
+def _by_name(tools: Iterable[Tool]) -> dict[str, Tool]:
+    """The tools by name, in their order, each checked to be a tool that keeps its flags'
+    promises, and named once."""
+    named: dict[str, Tool] = {}
+    for t in tools:
+        if not isinstance(t, Tool):
+            raise TypeError(f"{t!r} is not a tool (it needs info and call())")
+        info = t.info
+        if info.name in named:
+            raise DuplicateTool(f"two tools are named {info.name!r}")
+        _check_claims(t, info)
+        named[info.name] = t
+    return named
+
+
+def _introduce(tools: Collection[Tool]) -> None:
+    """Tell each tool that needs them its peers: the others, as they were given."""
+    given = tuple(t.info for t in tools)
+    for t in tools:
+        if isinstance(t, NeedsPeers):
+            t.peers(tuple(i for i in given if i.name != t.info.name))
+
+
 @final
 class InProcess:
     """The executor of ``tools`` in this process.
@@ -149,19 +172,8 @@ class InProcess:
     ) -> None:
         if not (facts_timeout > 0 and math.isfinite(facts_timeout)):
             raise ValueError(f"facts_timeout must be a positive number, got {facts_timeout!r}")
-        self._tools: dict[str, Tool] = {}
-        for t in tools:
-            if not isinstance(t, Tool):
-                raise TypeError(f"{t!r} is not a tool (it needs info and call())")
-            info = t.info
-            if info.name in self._tools:
-                raise DuplicateTool(f"two tools are named {info.name!r}")
-            _check_claims(t, info)
-            self._tools[info.name] = t
-        given = tuple(t.info for t in self._tools.values())
-        for t in self._tools.values():
-            if isinstance(t, NeedsPeers):
-                t.peers(tuple(i for i in given if i.name != t.info.name))
+        self._tools = _by_name(tools)
+        _introduce(self._tools.values())
         # A tool told its peers may describe itself anew (the program tool lists them).
         self._infos = tuple(t.info for t in self._tools.values())
         self._descriptor = descriptor or _host_descriptor()
