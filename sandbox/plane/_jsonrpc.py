@@ -89,26 +89,8 @@ def diagnose(raw: bytes | str) -> Malformed:
     rid = _request_id(message)
     if message.get("jsonrpc") != "2.0":
         return Malformed(INVALID_REQUEST, 'Invalid Request: "jsonrpc" must be "2.0"', rid)
-    if "id" in message and rid is None and "method" in message:
-        what = _kind(message["id"])
-        return Malformed(
-            INVALID_REQUEST, f"Invalid Request: an id is a string or an integer, not {what}"
-        )
     if "method" in message:
-        method = message["method"]
-        if not isinstance(method, str):
-            return Malformed(
-                INVALID_REQUEST, f"Invalid Request: a method is a string, not {_kind(method)}", rid
-            )
-        params = message.get("params")
-        if params is not None and not isinstance(params, dict):
-            return Malformed(
-                INVALID_PARAMS,
-                f"Invalid params: {method} takes its params as an object, not {_kind(params)}",
-                rid,
-                answer=rid is not None,
-            )
-        return Malformed(INVALID_REQUEST, "Invalid Request: not a JSON-RPC 2.0 request", rid)
+        return _request(message, rid)
     if "result" in message or "error" in message:
         # A response from the client: nobody waits for an answer to it.
         return Malformed(
@@ -117,3 +99,27 @@ def diagnose(raw: bytes | str) -> Malformed:
     return Malformed(
         INVALID_REQUEST, "Invalid Request: neither a request, a notification nor a response", rid
     )
+
+
+def _request(message: dict[str, Any], rid: str | int | None) -> Malformed:
+    """What is wrong with a JSON-RPC 2.0 request or notification (it has a method), whose
+    id reads as ``rid``."""
+    if "id" in message and rid is None:
+        what = _kind(message["id"])
+        return Malformed(
+            INVALID_REQUEST, f"Invalid Request: an id is a string or an integer, not {what}"
+        )
+    method = message["method"]
+    if not isinstance(method, str):
+        return Malformed(
+            INVALID_REQUEST, f"Invalid Request: a method is a string, not {_kind(method)}", rid
+        )
+    params = message.get("params")
+    if params is not None and not isinstance(params, dict):
+        return Malformed(
+            INVALID_PARAMS,
+            f"Invalid params: {method} takes its params as an object, not {_kind(params)}",
+            rid,
+            answer=rid is not None,
+        )
+    return Malformed(INVALID_REQUEST, "Invalid Request: not a JSON-RPC 2.0 request", rid)
