@@ -180,44 +180,95 @@ class Arguments:
         self.linger = linger
 
 
+#: The options that take a value, and their values when not given.
+_OPTION_DEFAULTS: Final = {
+    "--backend": DEFAULT_BACKEND,
+    "--start-timeout": str(DEFAULT_START_TIMEOUT),
+    "--confine": "",
+    "--ready": "",
+}
+#: The options that take none.
+_FLAGS: Final = frozenset({"--supervised", "--no-linger"})
+
+
 def _parse(argv: Sequence[str]) -> Arguments:
     """The command line, parsed by hand (argparse costs more to import than this runs).
 
     Raises:
         _UsageError: anything the usage line does not allow.
     """
+    fds, options, flags = _split(argv)
+    start_fds, call_fds = _channels(fds)
+    return Arguments(
+        start_fds,
+        call_fds,
+        backend=options["--backend"],
+        start_timeout=_start_timeout(options["--start-timeout"]),
+        confine=options["--confine"],
+        ready_fd=_ready_descriptor(options["--ready"], fds),
+        supervised="--supervised" in flags,
+        linger="--no-linger" not in flags,
+    )
+
+
+def _split(argv: Sequence[str]) -> tuple[list[int], dict[str, str], set[str]]:
+    """The command line's descriptor numbers, option values (defaults filled in) and flags.
+
+    Raises:
+        _UsageError: an option without its value, an unknown option, or an argument that is
+            not a descriptor number.
+    """
     fds: list[int] = []
-    options = {
-        "--backend": DEFAULT_BACKEND,
-        "--start-timeout": str(DEFAULT_START_TIMEOUT),
-        "--confine": "",
-        "--ready": "",
-    }
-    supervised = False
-    linger = True
+    options = dict(_OPTION_DEFAULTS)
+    flags: set[str] = set()
     args = list(argv)
     while args:
         arg = args.pop(0)
         name, eq, value = arg.partition("=")
-        if arg == "--supervised":
-            supervised = True
-        elif arg == "--no-linger":
-            linger = False
+        if arg in _FLAGS:
+            flags.add(arg)
         elif name in options:
-            if not eq:
-                if not args:
-                    raise _UsageError(f"{name} needs a value")
-                value = args.pop(0)
-            options[name] = value
-        elif arg in ("-h", "--help"):
-            raise _UsageError("help requested")
-        elif arg.startswith("-") and not arg[1:].isdigit():
-            raise _UsageError(f"unknown option {arg!r}")
+            options[name] = value if eq else _next_value(name, args)
         else:
-            try:
-                fds.append(int(arg))
-            except ValueError:
-                raise _UsageError(f"not a file descriptor: {arg!r}") from None
+            fds.append(_descriptor_number(arg))
+    return fds, options, flags
+
+
+def _next_value(name: str, args: list[str]) -> str:
+    """The value of option ``name``, given as the next argument (taken from ``args``).
+
+    Raises:
+        _UsageError: there is no next argument.
+    """
+    if not args:
+        raise _UsageError(f"{name} needs a value")
+    return args.pop(0)
+
+
+def _descriptor_number(arg: str) -> int:
+    """A positional argument: a descriptor number (a negative one is not an option).
+
+    Raises:
+        _UsageError: ``arg`` is an option this command line does not know (help included),
+            or not a number.
+    """
+    if arg in ("-h", "--help"):
+        raise _UsageError("help requested")
+    if arg.startswith("-") and not arg[1:].isdigit():
+        raise _UsageError(f"unknown option {arg!r}")
+    try:
+        return int(arg)
+    except ValueError:
+        raise _UsageError(f"not a file descriptor: {arg!r}") from None
+
+
+def _channels(fds: list[int]) -> tuple[tuple[int, int], tuple[int, int]]:
+    """The start channel's and the call channel's descriptors (read end, write end).
+
+    Raises:
+        _UsageError: not four descriptors, one of them stdio or not open, or a descriptor
+            shared by both channels.
+    """
     if len(fds) != 4:
         raise _UsageError(f"expected 4 file descriptors, got {len(fds)}")
     for fd in fds:
@@ -230,32 +281,40 @@ def _parse(argv: Sequence[str]) -> Arguments:
     start_fds, call_fds = (fds[0], fds[1]), (fds[2], fds[3])
     if set(start_fds) & set(call_fds):
         raise _UsageError("the start and call channels must be separate descriptors")
+    return start_fds, call_fds
+
+
+def _start_timeout(text: str) -> float | None:
+    """``--start-timeout``: positive seconds; None for ``inf`` (no timeout).
+
+    Raises:
+        _UsageError: not a number, or not positive.
+    """
     try:
-        seconds = float(options["--start-timeout"])
+        seconds = float(text)
     except ValueError:
-        raise _UsageError(f"not a number of seconds: {options['--start-timeout']!r}") from None
+        raise _UsageError(f"not a number of seconds: {text!r}") from None
     if not seconds > 0:  # also refuses NaN
         raise _UsageError("--start-timeout must be positive")
-    timeout = None if seconds == float("inf") else seconds
-    ready_fd = None
-    if options["--ready"]:
-        try:
-            ready_fd = int(options["--ready"])
-            os.fstat(ready_fd)
-        except (ValueError, OSError):
-            raise _UsageError(f"--ready: not an open descriptor: {options['--ready']!r}") from None
-        if ready_fd < 3 or ready_fd in fds:
-            raise _UsageError("--ready must be a descriptor of its own")
-    return Arguments(
-        start_fds,
-        call_fds,
-        backend=options["--backend"],
-        start_timeout=timeout,
-        confine=options["--confine"],
-        ready_fd=ready_fd,
-        supervised=supervised,
-        linger=linger,
-    )
+    return None if seconds == float("inf") else seconds
+
+
+def _ready_descriptor(text: str, fds: list[int]) -> int | None:
+    """``--ready``: an open descriptor, none of the channels' nor stdio (None if not given).
+
+    Raises:
+        _UsageError: not an open descriptor, or not one of its own.
+    """
+    if not text:
+        return None
+    try:
+        ready_fd = int(text)
+        os.fstat(ready_fd)
+    except (ValueError, OSError):
+        raise _UsageError(f"--ready: not an open descriptor: {text!r}") from None
+    if ready_fd < 3 or ready_fd in fds:
+        raise _UsageError("--ready must be a descriptor of its own")
+    return ready_fd
 
 
 def _tie_to_parent(*, death_signal: bool = True) -> None:
