@@ -20,8 +20,8 @@ program makes of the other tools (the server sends each back to it, :data:`INVOK
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, Final, final
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final, TypeVar, final
 
 import msgspec
 from msgspec import UNSET
@@ -100,6 +100,10 @@ class ListedTool(msgspec.Struct, frozen=True):
     meta: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
+#: What :func:`_by_name` indexes: the capability's tools, or the listing's.
+_Named = TypeVar("_Named", ToolFlags, ListedTool)
+
+
 def flags_of(info: ToolInfo) -> ToolFlags:
     return ToolFlags(
         name=info.name, read_only=info.read_only, facts=info.factual, replay=info.replayable
@@ -134,10 +138,25 @@ def cap_budget(asked: Budget | None, ceilings: Budget) -> Budget:
 def check_server(raw: Any, listing: Sequence[ListedTool]) -> tuple[Capability, list[ToolInfo]]:
     """Check a server's capability against its listing; its tools, in the executor's order.
 
+    The checks, in order: the capability is there and decodes, at a version this client
+    reads (:func:`_decode`); the capability names each tool once and the listing lists
+    each once (:func:`_by_name`), the same tools (:func:`_check_same_tools`); and each
+    tool's flags agree across the capability, its listing's ``_meta`` and its annotations
+    (:func:`_checked_tool`).
+
     Raises:
         NoCapability, UnknownVersion, BadCapability, ToolMismatch, ToolNamedTwice,
         FactsMismatch: the server is not an executor this client can trust, and why.
     """
+    cap = _decode(raw)
+    named = _by_name(cap.tools, "the capability names tool {!r} twice")
+    listed = _by_name(listing, "the server lists tool {!r} twice")
+    _check_same_tools(named, listed)
+    return cap, [_checked_tool(flags, listed[flags.name]) for flags in cap.tools]
+
+
+def _decode(raw: Any) -> Capability:
+    """The capability's value, at the version this client reads."""
     if raw is None:
         raise NoCapability(f"the server does not advertise {CAPABILITY_KEY}: not an executor")
     if not isinstance(raw, Mapping):
@@ -148,54 +167,62 @@ def check_server(raw: Any, listing: Sequence[ListedTool]) -> tuple[Capability, l
             f"{CAPABILITY_KEY} version {version!r}; this client reads {CAPABILITY_VERSION}"
         )
     try:
-        cap = msgspec.convert(raw, Capability)
+        return msgspec.convert(raw, Capability)
     except (msgspec.ValidationError, ValueError) as exc:
         raise BadCapability(f"{CAPABILITY_KEY} does not decode: {exc}") from None
-    named: dict[str, ToolFlags] = {}
-    for flags in cap.tools:
-        if flags.name in named:
-            raise ToolNamedTwice(f"the capability names tool {flags.name!r} twice")
-        named[flags.name] = flags
-    listed: dict[str, ListedTool] = {}
-    for t in listing:
-        if t.name in listed:
-            raise ToolNamedTwice(f"the server lists tool {t.name!r} twice")
-        listed[t.name] = t
+
+
+def _by_name(items: Iterable[_Named], twice: str) -> dict[str, _Named]:
+    """``items`` by name, in their order; a name given twice is refused with ``twice``."""
+    out: dict[str, _Named] = {}
+    for item in items:
+        if item.name in out:
+            raise ToolNamedTwice(twice.format(item.name))
+        out[item.name] = item
+    return out
+
+
+def _check_same_tools(named: Mapping[str, ToolFlags], listed: Mapping[str, ListedTool]) -> None:
+    """The capability names the tools the server lists, no more and no fewer."""
     if unnamed := sorted(set(listed) - set(named)):
         raise ToolMismatch(f"listed but not named by the capability: {', '.join(unnamed)}")
     if unlisted := sorted(set(named) - set(listed)):
         raise ToolMismatch(f"named by the capability but not listed: {', '.join(unlisted)}")
-    infos = []
-    for flags in cap.tools:
-        t = listed[flags.name]
-        meta = t.meta.get(CAPABILITY_KEY)
-        try:
-            said = msgspec.convert(meta, ToolFlags) if meta is not None else None
-        except msgspec.ValidationError as exc:
-            raise BadCapability(f"{t.name}: its listing's flags do not decode: {exc}") from None
-        if said is None or said.facts != flags.facts:
-            raise FactsMismatch(
-                f"{t.name}: the capability says facts={flags.facts}, its listing "
-                f"{'says nothing' if said is None else f'facts={said.facts}'}"
-            )
-        if said.replay != flags.replay or said.read_only != flags.read_only:
-            raise FactsMismatch(f"{t.name}: the capability's flags {flags} disagree with {said}")
-        if t.annotations.read_only != flags.read_only:
-            raise FactsMismatch(
-                f"{t.name}: readOnly={flags.read_only} but its annotations say "
-                f"readOnlyHint={t.annotations.read_only}"
-            )
-        infos.append(
-            ToolInfo(
-                name=t.name,
-                description=t.description,
-                input_schema=t.input_schema,
-                annotations=t.annotations,
-                factual=flags.facts,
-                replayable=flags.replay,
-            )
+
+
+def _checked_tool(flags: ToolFlags, t: ListedTool) -> ToolInfo:
+    """The tool ``t`` is, once the flags its listing carries and its annotations agree with
+    the capability's ``flags``."""
+    said = _listed_flags(t)
+    if said is None or said.facts != flags.facts:
+        raise FactsMismatch(
+            f"{t.name}: the capability says facts={flags.facts}, its listing "
+            f"{'says nothing' if said is None else f'facts={said.facts}'}"
         )
-    return cap, infos
+    if said.replay != flags.replay or said.read_only != flags.read_only:
+        raise FactsMismatch(f"{t.name}: the capability's flags {flags} disagree with {said}")
+    if t.annotations.read_only != flags.read_only:
+        raise FactsMismatch(
+            f"{t.name}: readOnly={flags.read_only} but its annotations say "
+            f"readOnlyHint={t.annotations.read_only}"
+        )
+    return ToolInfo(
+        name=t.name,
+        description=t.description,
+        input_schema=t.input_schema,
+        annotations=t.annotations,
+        factual=flags.facts,
+        replayable=flags.replay,
+    )
+
+
+def _listed_flags(t: ListedTool) -> ToolFlags | None:
+    """The flags ``t``'s listing carries in its ``_meta``; None if it carries none."""
+    meta = t.meta.get(CAPABILITY_KEY)
+    try:
+        return msgspec.convert(meta, ToolFlags) if meta is not None else None
+    except msgspec.ValidationError as exc:
+        raise BadCapability(f"{t.name}: its listing's flags do not decode: {exc}") from None
 
 
 # -- the custom methods' bodies --
