@@ -152,32 +152,46 @@ class _Coalesced:
         if self._streaming:
             await self._send(message)
         elif message["type"] == "http.response.start":
-            if _is_event_stream(message):
-                self._start = message
-            else:
-                self._streaming = True
-                await self._send(message)
+            await self._on_start(message)
         elif message["type"] == "http.response.body" and self._start is not None:
-            body: bytes = message.get("body", b"")
-            more: bool = message.get("more_body", False)
-            if self._event is None and more and body.startswith(self._answers):
-                self._event = body
-            elif self._event is not None and not more and not body:
-                start, event = self._start, self._event
-                self._start = self._event = None
-                self._streaming = True
-                headers = [
-                    (k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"
-                ]
-                headers.append((b"content-length", str(len(event)).encode()))
-                await self._send({**start, "headers": headers})
-                await self._send({"type": "http.response.body", "body": event})
-            else:
-                await self.flush()
-                await self._send(message)
+            await self._on_body(self._start, message)
         else:
-            await self.flush()
-            await self._send(message)
+            await self._stream(message)
+
+    async def _on_start(self, start: Message) -> None:
+        """Hold an event stream's headers until its first event; send any other's."""
+        if _is_event_stream(start):
+            self._start = start
+        else:
+            self._streaming = True
+            await self._send(start)
+
+    async def _on_body(self, start: Message, message: Message) -> None:
+        """A chunk of the event stream whose headers (``start``) are held: hold it if it
+        is the answer and comes first, send it with the answer held before it if it is the
+        stream's end, and otherwise stream."""
+        body: bytes = message.get("body", b"")
+        more: bool = message.get("more_body", False)
+        if self._event is None and more and body.startswith(self._answers):
+            self._event = body
+        elif self._event is not None and not more and not body:
+            await self._send_whole(start, self._event)
+        else:
+            await self._stream(message)
+
+    async def _send_whole(self, start: Message, event: bytes) -> None:
+        """Send the held headers and answer as one response with its length."""
+        self._start = self._event = None
+        self._streaming = True
+        headers = [(k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"]
+        headers.append((b"content-length", str(len(event)).encode()))
+        await self._send({**start, "headers": headers})
+        await self._send({"type": "http.response.body", "body": event})
+
+    async def _stream(self, message: Message) -> None:
+        """Send what is held, then ``message``, and stream from now on."""
+        await self.flush()
+        await self._send(message)
 
     async def flush(self) -> None:
         """Send what is held, and stream from now on."""
