@@ -460,52 +460,90 @@ def serve(args: Arguments) -> int:
     once it has read it. This is how the zygote's children run, confined before anything of
     the run (the Start included) reaches them. Without it, the walls go up after the Start.
     """
+    _keep_descriptors(args)
+    backend = _load_backend(args)
+    if backend is None:
+        return EXIT_USAGE
+    early = args.ready_fd is not None
+    if early and args.confine and not _confine_before_start(args):
+        return EXIT_NOT_CONFINED
+    _ready(args.ready_fd, READY_OK)
+    runner = Runner(*args.start_fds)
+    start = _await_start(runner, args.start_timeout, early=early)
+    if start is None:
+        return EXIT_NO_START
+    client = Client(*args.call_fds)
+    if args.confine and not early and not _confine_after_start(args, runner, start, client):
+        return EXIT_NOT_CONFINED
+    _own_main_thread()
+    outcome = _run_program(backend, start, client)
+    _flush_stdio()
+    return _report(runner, start, outcome, client, linger=args.linger)
+
+
+def _keep_descriptors(args: Arguments) -> None:
+    """Step 2: the channels (and ``--ready``) are not passed on to what the program runs."""
     for fd in (*args.start_fds, *args.call_fds):
         # Inherited on purpose, but not to be passed on: a process the program execs must not
         # hold the channels open, or the parent would not see EOF when the runner dies.
         os.set_inheritable(fd, False)
     if args.ready_fd is not None:
         os.set_inheritable(args.ready_fd, False)
+
+
+def _load_backend(args: Arguments) -> Backend | None:
+    """Step 3's first half: the backend, prepared; None (the host told why) if there is
+    none by that name or it cannot load."""
     try:
         backend = get_backend(args.backend)
         backend.prepare()
     except (LookupError, ImportError) as exc:
         _say(str(exc))
         _ready(args.ready_fd, READY_FAILED + str(exc).encode())
-        return EXIT_USAGE
-    early = args.ready_fd is not None
-    if early and args.confine:
-        # A supervised runner's PID 1 goes to the zygote, which reports it to the host.
-        failure = _confine(args.confine, detach=args.supervised)
-        if failure is not None:  # nothing of the run has arrived; the host is told why
-            _ready(args.ready_fd, READY_FAILED + failure.encode("utf-8", "replace"))
-            return EXIT_NOT_CONFINED
-    _ready(args.ready_fd, READY_OK)
-    runner = Runner(*args.start_fds)
+        return None
+    return backend
+
+
+def _confine_before_start(args: Arguments) -> bool:
+    """The walls, before the Start (``--ready``); False (the host told why) if they failed."""
+    # A supervised runner's PID 1 goes to the zygote, which reports it to the host.
+    failure = _confine(args.confine, detach=args.supervised)
+    if failure is None:
+        return True
+    # Nothing of the run has arrived; the host is told why.
+    _ready(args.ready_fd, READY_FAILED + failure.encode("utf-8", "replace"))
+    return False
+
+
+def _await_start(runner: Runner, timeout: float | None, *, early: bool) -> Start | None:
+    """Step 3's second half: the Start, or None (said on stderr) if none came."""
     try:
-        start = runner.await_start(args.start_timeout)
+        return runner.await_start(timeout)
     except TimeoutError:
-        _say(f"no Start within {args.start_timeout} s")
-        return EXIT_NO_START
+        _say(f"no Start within {timeout} s")
     except ChannelClosed:
         if not early:  # a warm child that was never used: not worth a line in the logs
             _say("the start channel closed before a Start arrived")
-        return EXIT_NO_START
     except (ProtocolError, OSError) as exc:
         _say(f"no usable Start: {exc}")
-        return EXIT_NO_START
-    client = Client(*args.call_fds)
-    if args.confine and not early:
-        failure = _confine(args.confine)
-        if failure is not None:  # the program must not run without its walls
-            try:
-                _send(runner, start, Outcome.failure(Kind.DENIED, failure), client)
-            except (ProtocolError, OSError):
-                pass
-            return EXIT_NOT_CONFINED
-    _own_main_thread()
-    outcome = _run_program(backend, start, client)
-    _flush_stdio()
+    return None
+
+
+def _confine_after_start(args: Arguments, runner: Runner, start: Start, client: Client) -> bool:
+    """The walls, after the Start; False (the Result says why) if they failed."""
+    failure = _confine(args.confine)
+    if failure is None:
+        return True
+    # The program must not run without its walls.
+    try:
+        _send(runner, start, Outcome.failure(Kind.DENIED, failure), client)
+    except (ProtocolError, OSError):
+        pass
+    return False
+
+
+def _report(runner: Runner, start: Start, outcome: Outcome, client: Client, *, linger: bool) -> int:
+    """Steps 4 (the Result) and 5 (linger); the exit status."""
     try:
         _send(runner, start, outcome, client)
     except (ProtocolError, OSError) as exc:
@@ -514,7 +552,7 @@ def serve(args: Arguments) -> int:
         runner.close()
         return EXIT_NO_START
     client.close()
-    if args.linger:
+    if linger:
         # Hold on (as the subreaper of whatever the program left running) until the parent
         # has dealt with it and closes the start channel; bounded, in case it never does.
         runner.wait_closed(_LINGER_SECONDS)
