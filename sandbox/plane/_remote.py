@@ -42,6 +42,7 @@ from ._capability import (
     REPLAY_METHOD,
     Asked,
     Capability,
+    FactsReading,
     FactsReply,
     InvokeParams,
     ListedTool,
@@ -197,6 +198,17 @@ def _refusal(exc: BaseException) -> NotAnExecutor | None:
             if (found := _refusal(e)) is not None:
                 return found
     return None
+
+
+def _failure(conn: _Connection, exc: BaseException) -> Literal["request", "unread", "lost"]:
+    """Whose failure a request's error ``exc`` is: the request's own, the connection being
+    fine ("request"); a session the server had ended, so it did not read the request
+    ("unread"); or the connection's, gone with the request perhaps run ("lost")."""
+    if _session_gone(exc):
+        return "unread"
+    if _connection_failure(exc) or not conn.alive:
+        return "lost"
+    return "request"
 
 
 def _describe(exc: BaseException) -> str:
@@ -379,8 +391,7 @@ class Remote:
         if conn.error is not None:
             refusal = _refusal(conn.error)
             if refusal is not None:
-                if self._warn:
-                    self._warn(f"the executor that answered was refused: {refusal}")
+                self._say(f"the executor that answered was refused: {refusal}")
                 raise refusal
             raise Unreachable(f"cannot reach the executor: {_describe(conn.error)}")
         return conn
@@ -393,29 +404,11 @@ class Remote:
                 read, write = streams[0], streams[1]
                 dispatcher = Dispatcher(read, write, {INVOKE_METHOD: self._on_invoke})
                 async with ClientSession(dispatcher=dispatcher) as session:
-                    asked = {CAPABILITY_KEY: msgspec.to_builtins(self._asked)}
-                    init = await initialize(session, asked, self._info)
-                    listing: list[ListedTool] = []
-                    cursor: str | None = None
-                    while True:
-                        params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
-                        page = await session.list_tools(params=params)
-                        listing.extend(_listed(t) for t in page.tools)
-                        cursor = page.next_cursor
-                        if not cursor:
-                            break
-                    raw = (init.capabilities.experimental or {}).get(CAPABILITY_KEY)
-                    conn.capability, conn.tools = check_server(raw, listing)
+                    await self._check(conn, session)
                     conn.session, conn.dispatcher = session, dispatcher
-                    conn.server = (init.server_info.name, init.server_info.version or "")
                     started = True
                     task_status.started()
-                    async with anyio.create_task_group() as tg:
-                        if self._keepalive:
-                            tg.start_soon(self._ping, conn, self._keepalive)
-                        tg.start_soon(_wait_then_set, dispatcher.ended, conn.lost)
-                        await conn.lost.wait()
-                        tg.cancel_scope.cancel()
+                    await self._keep(conn, dispatcher)
         except Exception as exc:
             if not started:
                 conn.error = exc
@@ -423,6 +416,26 @@ class Remote:
             conn.lost.set()
             if not started:
                 task_status.started()
+
+    async def _check(self, conn: _Connection, session: ClientSession) -> None:
+        """Initialize the session, asking for what this client asks for, and check that
+        the server is an executor (its capability against its listing)."""
+        asked = {CAPABILITY_KEY: msgspec.to_builtins(self._asked)}
+        init = await initialize(session, asked, self._info)
+        listing = await _listing(session)
+        raw = (init.capabilities.experimental or {}).get(CAPABILITY_KEY)
+        conn.capability, conn.tools = check_server(raw, listing)
+        conn.server = (init.server_info.name, init.server_info.version or "")
+
+    async def _keep(self, conn: _Connection, dispatcher: Dispatcher) -> None:
+        """Hold the checked connection until it is lost (its transport ends, a ping fails,
+        a request finds it gone) or closed, pinging it meanwhile if asked to."""
+        async with anyio.create_task_group() as tg:
+            if self._keepalive:
+                tg.start_soon(self._ping, conn, self._keepalive)
+            tg.start_soon(_wait_then_set, dispatcher.ended, conn.lost)
+            await conn.lost.wait()
+            tg.cancel_scope.cancel()
 
     async def _ping(self, conn: _Connection, every: float) -> None:
         assert conn.session is not None
@@ -439,34 +452,54 @@ class Remote:
         """The live connection, dialed again first if it was lost (and may be)."""
         if self._closed:
             raise ExecutorClosed("the executor connection is closed")
-        if self._changed is not None:
-            raise self._changed
-        conn = self._conn
-        if conn is not None and conn.alive:
+        conn = self._usable()
+        if conn is not None:
             return conn
         if not self._redial:
             raise Unreachable("the connection to the executor was lost")
         async with self._lock:
-            if self._changed is not None:
-                raise self._changed
-            if self._conn is not None and self._conn.alive:
-                return self._conn
-            try:
-                fresh = await self._open()
-            except NotAnExecutor as exc:
-                self._changed = Changed(f"the executor that answered was refused: {exc}")
-                raise self._changed from exc
-            difference = _difference(self._identity(), fresh)
-            if difference:
-                fresh.lost.set()
-                self._changed = Changed(f"the executor changed: {difference}")
-                if self._warn:
-                    self._warn(str(self._changed))
-                raise self._changed
-            if self._warn:
-                self._warn("the connection to the executor was lost and made again")
-            self._conn = fresh
-            return fresh
+            # Another request may have dialed again while this one waited.
+            conn = self._usable()
+            if conn is None:
+                conn = self._conn = await self._dial_again()
+            return conn
+
+    def _usable(self) -> _Connection | None:
+        """The current connection if it is alive, None if not.
+
+        Raises:
+            Changed: a connection made again reached another executor, for good.
+        """
+        if self._changed is not None:
+            raise self._changed
+        conn = self._conn
+        return conn if conn is not None and conn.alive else None
+
+    async def _dial_again(self) -> _Connection:
+        """A new connection, which must reach the executor the first one did.
+
+        Raises:
+            Changed: it did not (or the executor that answered was refused); so do all
+                later requests.
+            Unreachable: the dial failed.
+        """
+        try:
+            fresh = await self._open()
+        except NotAnExecutor as exc:
+            self._changed = Changed(f"the executor that answered was refused: {exc}")
+            raise self._changed from exc
+        difference = _difference(self._identity(), fresh)
+        if difference:
+            fresh.lost.set()
+            self._changed = Changed(f"the executor changed: {difference}")
+            self._say(str(self._changed))
+            raise self._changed
+        self._say("the connection to the executor was lost and made again")
+        return fresh
+
+    def _say(self, line: str) -> None:
+        if self._warn:
+            self._warn(line)
 
     async def _request(self, send: Callable[[ClientSession], Any], *, reading: bool) -> Any:
         conn = await self._current()
@@ -474,16 +507,20 @@ class Remote:
         try:
             return await send(conn.session)
         except Exception as exc:
-            refused = _session_gone(exc)
-            if not refused and not _connection_failure(exc) and conn.alive:
+            failure = _failure(conn, exc)
+            if failure == "request":
                 raise
             conn.lost.set()
-            if not reading and not refused:
+            if failure == "lost" and not reading:
                 raise CallLost(
                     f"the connection was lost during the call: {_describe(exc)}"
                 ) from exc
         # A reading is read again once on a new connection; so is a call the server
         # refused unread because its session had ended (it never ran).
+        return await self._again(send)
+
+    async def _again(self, send: Callable[[ClientSession], Any]) -> Any:
+        """A request's second and last try, on a new connection."""
         conn = await self._current()
         assert conn.session is not None
         try:
@@ -509,6 +546,19 @@ class Remote:
         """
         if not calls:
             return []
+        reply = await self._read_facts(calls)
+        if len(reply.readings) != len(calls):
+            raise FactsUnavailable(
+                f"asked for {len(calls)} readings, the executor gave {len(reply.readings)}"
+            )
+        return [_reading(c, r) for c, r in zip(calls, reply.readings, strict=True)]
+
+    async def _read_facts(self, calls: Sequence[Call]) -> FactsReply:
+        """The executor's reply to one facts request for ``calls``.
+
+        Raises:
+            FactsUnavailable: the request failed, timed out, or its reply does not decode.
+        """
         body = {"calls": [{"tool": c.tool, "arguments": c.arguments} for c in calls]}
 
         async def send(session: ClientSession) -> dict[str, Any]:
@@ -516,27 +566,13 @@ class Remote:
                 return await raw_request(session, FACTS_METHOD, body)
 
         try:
-            raw = await self._request(send, reading=True)
-            reply = msgspec.convert(raw, FactsReply)
+            return msgspec.convert(await self._request(send, reading=True), FactsReply)
         except TimeoutError:
             raise FactsUnavailable(
                 f"the facts request took longer than {self._facts_timeout} s"
             ) from None
         except (MCPError, msgspec.ValidationError) as exc:
             raise FactsUnavailable(f"the facts request failed: {exc}") from exc
-        if len(reply.readings) != len(calls):
-            raise FactsUnavailable(
-                f"asked for {len(calls)} readings, the executor gave {len(reply.readings)}"
-            )
-        out: list[Facts | Exception] = []
-        for c, r in zip(calls, reply.readings, strict=True):
-            if r.unknown_tool:
-                out.append(UnknownTool(r.error or f"no tool named {c.tool!r}"))
-            elif r.error is not None or r.facts is None:
-                out.append(FactsUnavailable(f"{c.tool}: {r.error or 'no reading'}"))
-            else:
-                out.append(r.facts)
-        return out
 
     async def facts(self, call: Call) -> Facts:
         self._known(call)
@@ -612,6 +648,28 @@ class Remote:
 async def _wait_then_set(ended: anyio.Event, lost: anyio.Event) -> None:
     await ended.wait()
     lost.set()
+
+
+async def _listing(session: ClientSession) -> list[ListedTool]:
+    """Every tool the server lists, page after page."""
+    listing: list[ListedTool] = []
+    cursor: str | None = None
+    while True:
+        params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
+        page = await session.list_tools(params=params)
+        listing.extend(_listed(t) for t in page.tools)
+        cursor = page.next_cursor
+        if not cursor:
+            return listing
+
+
+def _reading(call: Call, r: FactsReading) -> Facts | Exception:
+    """A call's claim as the executor read it, or the error that blocks the call."""
+    if r.unknown_tool:
+        return UnknownTool(r.error or f"no tool named {call.tool!r}")
+    if r.error is not None or r.facts is None:
+        return FactsUnavailable(f"{call.tool}: {r.error or 'no reading'}")
+    return r.facts
 
 
 def _listed(t: types.Tool) -> ListedTool:
