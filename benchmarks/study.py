@@ -112,6 +112,10 @@ INFLIGHT: Final = 64
 #: pipelined ones (``pipe_raw`` as asked; ``pipe_gather`` is the closer match).
 RAW_BENCHES: Final = ("seq", "pipe_raw", "pipe_gather")
 MB: Final = 1e6  # memory is reported in MB of 10**6 bytes (the stricter reading of "4 MB")
+#: The study's own measurements, in order (the peers section, ``--peers``, comes after).
+SECTIONS: Final = ("latency", "sustained", "calls", "memory")
+#: ``--peers``: "no" (the default), "also" (after the study's own) or "only".
+PEER_MODES: Final = ("no", "also", "only")
 
 TRIVIAL: Final = "1"
 MEMORY_PROGRAM: Final = "host.measure()"
@@ -898,7 +902,11 @@ async def measure_memory(rec: Recorder, sizes: Sizes) -> dict[str, Any]:
 def _verdict(measured: float | None, threshold: float, comparison: str) -> str:
     if measured is None or math.isnan(measured):
         return "MISS"  # not measured: the target is not shown to be met
-    ok = measured <= threshold if comparison == "<=" else measured >= threshold
+    ok = {
+        "<=": measured <= threshold,
+        ">=": measured >= threshold,
+        "<": measured < threshold,
+    }[comparison]
     return "PASS" if ok else "MISS"
 
 
@@ -924,7 +932,25 @@ def _target(
 
 
 def evaluate_targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    """Each target against this run's numbers: PASS or MISS (MISS when not measured)."""
+    """Each target against this run's numbers: PASS or MISS (MISS when not measured).
+
+    A document of the peers section alone (``--peers-only``) has the peers' targets and
+    the failed runs only; one without a peers section (older results) has none of the
+    peers' targets.
+    """
+    targets = [] if _peers_only(doc) else _overhead_targets(doc)
+    if doc.get("peers"):
+        targets += peer_targets(doc["peers"])
+    targets.append(_failed_runs_target(doc))
+    return targets
+
+
+def _peers_only(doc: dict[str, Any]) -> bool:
+    """Whether ``doc`` holds the peers section and none of the study's own."""
+    return bool(doc.get("peers")) and not any(doc.get(k) for k in SECTIONS)
+
+
+def _overhead_targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
     targets = []
     lat = doc["latency"]["cells"]
     best_key, best = None, None
@@ -993,19 +1019,80 @@ def evaluate_targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
                 f"mean {_n(s and s['uss_mb']['mean'])} MB over {s['n'] if s else 0} children",
             )
         )
-    total = len(doc["failures"])
-    targets.append(
-        _target(
-            "failed_runs",
-            "failed runs and samples in the whole study (must be 0)",
-            float(total),
-            0.0,
-            "<=",
-            "runs",
-            "see Failures" if total else "every run was checked: ok, value and call count",
-        )
-    )
     return targets
+
+
+def _failed_runs_target(doc: dict[str, Any]) -> dict[str, Any]:
+    total = len(doc["failures"])
+    return _target(
+        "failed_runs",
+        "failed runs and samples in the whole study (must be 0)",
+        float(total),
+        0.0,
+        "<=",
+        "runs",
+        "see Failures" if total else "every run was checked: ok, value and call count",
+    )
+
+
+#: The peers' targets (issue 15): (id, our cell, the peer's cell, what is compared). Each
+#: is met when our trivial run's p50 is below the peer's, in the same run: ratio < 1.
+PEER_TARGETS: Final = (
+    (
+        "peers_confined_pool_vs_monty_reused",
+        "confined/pool",
+        "monty/reused",
+        "trivial run, our confined pool p50 over Monty's reused worker p50 (goal: faster)",
+    ),
+    (
+        "peers_confined_zygote_vs_monty_new_worker",
+        "confined/zygote",
+        "monty/new_worker",
+        "trivial run, our confined on-demand run (zygote) p50 over Monty's new worker per "
+        "run p50 (goal: faster)",
+    ),
+)
+PEER_TARGET_RATIO: Final = 1.0
+
+
+def peer_targets(section: dict[str, Any]) -> list[dict[str, Any]]:
+    """Our trivial run against Monty's, per :data:`PEER_TARGETS`: PASS if ours is faster."""
+    cells = section.get("cells", {})
+    out = []
+    for tid, ours, peer, description in PEER_TARGETS:
+        mine = cells.get(ours, {}).get("workloads", {}).get("trivial") or {}
+        theirs = cells.get(peer, {}).get("workloads", {}).get("trivial") or {}
+        mine_p50 = (mine.get("stats") or {}).get("p50")
+        theirs_p50 = (theirs.get("stats") or {}).get("p50")
+        status = cells.get(peer, {}).get("status", "not measured")
+        if status != "ok":
+            detail = f"{peer}: {status}"
+        else:
+            detail = f"{ours} p50 {_n(mine_p50)} ms / {peer} p50 {_n(theirs_p50)} ms"
+            per_round = [
+                a / b
+                for a, b in zip(
+                    mine.get("per_round_p50_ms") or [],
+                    theirs.get("per_round_p50_ms") or [],
+                    strict=False,
+                )
+                if a is not None and b
+            ]
+            if per_round:
+                s = summarize(per_round)
+                detail += f"; per round {s['median']:.3g} [{s['min']:.3g}-{s['max']:.3g}]"
+        out.append(
+            _target(
+                tid,
+                description,
+                _div(mine_p50, theirs_p50),
+                PEER_TARGET_RATIO,
+                "<",
+                "x",
+                detail,
+            )
+        )
+    return out
 
 
 # -- the study ----------------------------------------------------------------------------
@@ -1032,23 +1119,41 @@ def plan(rec: Recorder, sizes: Sizes) -> None:
             rec.add(f"memory/in_run/{key}", f"memory    running {key}", sizes.memory_runs)
 
 
-async def _measure(rec: Recorder, sizes: Sizes, concurrency: int) -> dict[str, Any]:
-    return {
-        "latency": await measure_latency(rec, sizes),
-        "sustained": await measure_sustained(rec, sizes, concurrency),
-        "calls": await measure_calls(rec, sizes),
-        "memory": await measure_memory(rec, sizes),
-    }
+async def _measure(
+    rec: Recorder, sizes: Sizes, concurrency: int, mode: str, peers: str
+) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if peers != "only":
+        out["latency"] = await measure_latency(rec, sizes)
+        out["sustained"] = await measure_sustained(rec, sizes, concurrency)
+        out["calls"] = await measure_calls(rec, sizes)
+        out["memory"] = await measure_memory(rec, sizes)
+    if peers != "no":
+        from . import peers as peers_section
+
+        out["peers"] = await peers_section.measure_peers(
+            rec, peers_section.PRESETS[mode], sizes.timeout
+        )
+    return out
 
 
 def run_study(
-    mode: str, sizes: Sizes, concurrency: int, backend: str, argv: list[str]
+    mode: str,
+    sizes: Sizes,
+    concurrency: int,
+    backend: str,
+    argv: list[str],
+    peers: str = "no",
 ) -> dict[str, Any]:
     """Measure everything and return the JSON document (targets included).
 
-    The zygote is shut down at the end whatever happens.
+    ``peers``: one of :data:`PEER_MODES`. The zygote is shut down at the end whatever
+    happens.
     """
-    meta = environment(argv, extra_packages=("rich", "matplotlib"))
+    extra: tuple[str, ...] = ("rich", "matplotlib")
+    if peers != "no":
+        extra += ("pydantic-monty", "smolagents", "RestrictedPython")
+    meta = environment(argv, extra_packages=extra)
     meta["git"] = git_head(ROOT)
     meta["cgroups_usable"] = sandbox._engine._levels.cgroups_usable()
     meta["confinement_gaps"] = {str(k): str(v) for k, v in sandbox.confinement_gaps().items()}
@@ -1062,9 +1167,14 @@ def run_study(
     t0 = time.perf_counter()
     with Progress(*columns) as progress:
         rec = Recorder(progress)
-        plan(rec, sizes)
+        if peers != "only":
+            plan(rec, sizes)
+        if peers != "no":
+            from . import peers as peers_section
+
+            peers_section.plan(rec, peers_section.PRESETS[mode])
         try:
-            measured = anyio.run(_measure, rec, sizes, concurrency, backend=backend)
+            measured = anyio.run(_measure, rec, sizes, concurrency, mode, peers, backend=backend)
         finally:
             sandbox._children._supervisor.shutdown()
     wall = time.perf_counter() - t0
@@ -1082,6 +1192,7 @@ def run_study(
             **dataclasses.asdict(sizes),
             "concurrency": concurrency,
             "backend": backend,
+            "peers": peers,
             "levels": list(LEVELS),
             "spawn_modes": list(SPAWN_MODES),
             "programs": {
@@ -1281,11 +1392,38 @@ def plot_memory(doc: dict[str, Any], path: Path) -> None:
     fig.savefig(path, dpi=100)
 
 
+def plot_peers(doc: dict[str, Any], path: Path) -> None:
+    """p50 per cell (log scale), one panel per workload of the peers section."""
+    figure = _setup_matplotlib()
+    section = doc["peers"]
+    cells = {k: c for k, c in section["cells"].items() if c.get("status") == "ok"}
+    workloads = section["workloads"]
+    fig = figure(figsize=(14, 5.5))
+    labels = [cells[k].get("label", k) for k in cells]
+    for j, (key, w) in enumerate(workloads.items()):
+        ax = fig.add_subplot(1, len(workloads), j + 1)
+        values = [
+            ((c["workloads"][key].get("stats") or {}).get("p50") or 0) for c in cells.values()
+        ]
+        colours = ["tab:blue" if c["kind"] == "ours" else "tab:orange" for c in cells.values()]
+        ax.barh(range(len(cells)), values, color=colours)
+        ax.set_xscale("log")
+        ax.set_title(w["label"], fontsize=9)
+        ax.invert_yaxis()
+        ax.set_yticks(range(len(cells)), labels if j == 0 else [""] * len(cells), fontsize=8)
+        ax.tick_params(axis="x", labelsize=7)
+        ax.set_xlabel("p50 ms (log)", fontsize=8)
+    fig.suptitle("Ours (blue) and the peers (orange) on the same workloads; missing bar: n/a")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
 PLOTS: Final = {
     "latency": plot_latency,
     "sustained": plot_sustained,
     "calls": plot_calls,
     "memory": plot_memory,
+    "peers": plot_peers,
 }
 
 
@@ -1365,6 +1503,8 @@ def render_markdown(doc: dict[str, Any], md_path: Path, json_path: Path, plots: 
         "quick": " --quick",
         "smoke": " --smoke --out DIR",
     }.get(mode, f" --{mode}")
+    peers_only = _peers_only(doc)
+    regen += {"also": " --peers", "only": " --peers-only"}.get(params.get("peers", "no"), "")
     wall = env.get("wall_seconds")
     took = f"this run took {wall:.0f} s" if isinstance(wall, (int, float)) else "minutes"
     commit = (env.get("git", {}).get("commit") or "unknown")[:12]
@@ -1372,8 +1512,13 @@ def render_markdown(doc: dict[str, Any], md_path: Path, json_path: Path, plots: 
     if _measured_dirty(env):
         commit_text += " with uncommitted changes (listed under Machine and versions)"
     json_link = _rel(json_path, here)
+    title = (
+        "Isolation overhead beside the alternatives: ours and its peers on the same workloads"
+        if peers_only
+        else "Isolation overhead: what a sandboxed run costs, by level and spawn mode"
+    )
     lines: list[str] = [
-        "# Isolation overhead: what a sandboxed run costs, by level and spawn mode",
+        f"# {title}",
         "",
         f"*Generated by `benchmarks/study.py` from [{json_link}]({json_link}) (every raw "
         f"sample is there). Run of {env.get('date', 'unknown')}, commit {commit_text}, {mode} "
@@ -1428,17 +1573,20 @@ def render_markdown(doc: dict[str, Any], md_path: Path, json_path: Path, plots: 
         "",
     ]
 
-    lines += _method_lines(doc, params)
-    for name, section in (
-        ("latency", _latency_lines),
-        ("sustained", _sustained_lines),
-        ("calls", _calls_lines),
-        ("memory", _memory_lines),
-    ):
-        if doc.get(name):
-            lines += section(doc, plot_of)
-        else:
-            lines += [f"## {name}", "", "Not measured in this run.", ""]
+    if not peers_only:
+        lines += _method_lines(doc, params)
+        for name, section in (
+            ("latency", _latency_lines),
+            ("sustained", _sustained_lines),
+            ("calls", _calls_lines),
+            ("memory", _memory_lines),
+        ):
+            if doc.get(name):
+                lines += section(doc, plot_of)
+            else:
+                lines += [f"## {name}", "", "Not measured in this run.", ""]
+    if doc.get("peers"):
+        lines += _peers_lines(doc, plot_of)
 
     failures = doc.get("failures", [])
     lines += ["## Failed samples", ""]
@@ -1711,6 +1859,204 @@ def _memory_lines(doc: dict[str, Any], plot_of: dict[str, str]) -> list[str]:
     return lines
 
 
+#: The isolates table's columns: (key in the JSON, heading).
+ISOLATES: Final = (
+    ("process", "process boundary"),
+    ("files", "file system"),
+    ("network", "network"),
+    ("memory", "memory limit"),
+    ("time", "time limit"),
+)
+#: The probes' columns: (key in the JSON, heading).
+PROBES: Final = (
+    ("read_host_file", "reads a file in the host's temporary directory"),
+    ("connect_host_loopback", "connects to a socket on the host's loopback"),
+)
+
+
+def _peer_label(key: str, cell: dict[str, Any]) -> str:
+    label = str(cell.get("label") or key)
+    return f"{label} (ours)" if cell.get("kind") == "ours" else label
+
+
+def _peers_method(section: dict[str, Any]) -> list[str]:
+    sizes = section.get("sizes", {})
+    workloads = section.get("workloads", {})
+    listed = "; ".join(
+        f"{w['label']} (`{key}`: `{' '.join(w['program'].split())}`)"
+        for key, w in workloads.items()
+    )
+    return [
+        "## Peers: the alternatives on the same workloads",
+        "",
+        "The same programs (their last expression is the value, checked on every run) in "
+        f"our cells and in each peer: {listed}. Host calls go to `host.echo(i)`, which "
+        "returns `i`. Every round visits every cell, ours and the peers', starting one "
+        "cell later each round, and in each cell every workload, starting one later each "
+        f"round: {sizes.get('rounds')} rounds of {sizes.get('per_round')} runs per cell "
+        f"and workload ({sizes.get('cpu_per_round')} of the CPU loop) after "
+        f"{sizes.get('warmup')} uncounted warm-up. Ours are timed on the host around "
+        "`await sandbox.run(...)` (pool cells with the pool full, as above); a peer's "
+        "run is timed around the one call that makes it, in a thread kept for the "
+        "peers. A peer that cannot be installed or started here has a row that says "
+        "why; a workload a peer cannot express is n/a, with the reason; where a peer "
+        "needs a shape of its own for one, that is said under the table.",
+        "",
+    ]
+
+
+def _peers_lines(doc: dict[str, Any], plot_of: dict[str, str]) -> list[str]:
+    section = doc["peers"]
+    cells: dict[str, Any] = section.get("cells", {})
+    workloads: dict[str, Any] = section.get("workloads", {})
+    lines = _peers_method(section)
+
+    lines += [
+        "### Who is who",
+        "",
+        "| cell | how it was driven | versions | status |",
+        "|---|---|---|---|",
+    ]
+    for key, c in cells.items():
+        versions = ", ".join(
+            f"{k} {v}" for k, v in (c.get("versions") or {}).items() if v is not None
+        )
+        status = c.get("status", "ok")
+        lines.append(
+            f"| {_peer_label(key, c)} | {c.get('how', '')} | {versions or 'n/a'} | "
+            f"{'ok' if status == 'ok' else f'**{status}**'} |"
+        )
+    lines.append("")
+
+    lines += [
+        "### What each isolates",
+        "",
+        "From what each one does (its documentation, checked here by behaviour), not from "
+        "its name; ours by level (the spawn mode changes nothing here), with the memory "
+        "and time limits this host can enforce.",
+        "",
+        "| | " + " | ".join(h for _, h in ISOLATES) + " |",
+        "|---|" + "---|" * len(ISOLATES),
+    ]
+    seen_levels: set[str] = set()
+    for key, c in cells.items():
+        if c.get("kind") == "ours":
+            level = key.partition("/")[0]
+            if level in seen_levels:
+                continue
+            seen_levels.add(level)
+            label = f"ours, `{level}`"
+        else:
+            label = _peer_label(key, c)
+        iso = c.get("isolates") or {}
+        lines.append(f"| {label} | " + " | ".join(iso.get(k, "") for k, _ in ISOLATES) + " |")
+    lines.append("")
+
+    probed = {k: c for k, c in cells.items() if c.get("probes")}
+    if probed:
+        lines += [
+            "Observed in this run (untimed probes: a program reads a file the study wrote "
+            "in the host's temporary directory; a program connects to a socket the study "
+            "listens on at the host's `127.0.0.1`):",
+            "",
+            "| cell | " + " | ".join(h for _, h in PROBES) + " |",
+            "|---|" + "---|" * len(PROBES),
+        ]
+        for key, c in probed.items():
+            outcomes = [str(c["probes"].get(k, "n/a")).replace("|", "/") for k, _ in PROBES]
+            lines.append(f"| {_peer_label(key, c)} | " + " | ".join(outcomes) + " |")
+        lines.append("")
+    for key, c in cells.items():
+        worker = (c.get("observed") or {}).get("worker")
+        if worker:
+            shared = ", ".join(worker.get("namespaces_shared_with_host") or []) or "none"
+            lines += [
+                f"{_peer_label(key, c)}: its worker process, seen in `/proc`: uid "
+                f"{worker.get('uid')}, seccomp {worker.get('seccomp')}, no_new_privs "
+                f"{worker.get('no_new_privs')}, effective capabilities {worker.get('cap_eff')}, "
+                f"address-space limit {worker.get('address_space_limit')}; namespaces shared "
+                f"with the host: {shared}.",
+                "",
+            ]
+
+    notes: list[str] = []
+
+    def cell_text(key: str, c: dict[str, Any], w: str) -> str:
+        entry = c.get("workloads", {}).get(w) or {}
+        if c.get("status", "ok") != "ok":
+            return "-"
+        if entry.get("unsupported"):
+            notes.append(
+                f"{_peer_label(key, c)}, {workloads[w]['label']}: n/a, {entry['unsupported']}"
+            )
+            return "n/a"
+        stats = entry.get("stats")
+        if not stats:
+            return "no sample"
+        mark = ""
+        if (c.get("equivalents") or {}).get(w):
+            notes.append(f"{_peer_label(key, c)}, {workloads[w]['label']}: {c['equivalents'][w]}")
+            mark = " *"
+        return f"{_n(stats['p50'])} [{_n(stats['p90'])}]{mark}"
+
+    lines += [
+        "### Time per run",
+        "",
+        "ms per run, p50 [p90] over every sample of the cell. `*`: the peer's closest "
+        "equivalent, said below; `-`: the peer is not there (see Who is who).",
+        "",
+        "| cell | " + " | ".join(w["label"] for w in workloads.values()) + " |",
+        "|---|" + "---|" * len(workloads),
+    ]
+    for key, c in cells.items():
+        lines.append(
+            f"| {_peer_label(key, c)} | "
+            + " | ".join(cell_text(key, c, w) for w in workloads)
+            + " |"
+        )
+    lines.append("")
+    if notes:
+        lines += [f"- {note}" for note in notes]
+        lines.append("")
+
+    for ref, what in (
+        ("confined/pool", "our `confined` pool"),
+        ("exec", "plain `exec()` (the floor: no wall at all)"),
+        ("bare_spawn", "a bare `python -I -S` spawn"),
+    ):
+        ref_cell = cells.get(ref)
+        if ref_cell is None or ref_cell.get("status", "ok") != "ok":
+            lines += [f"No ratios to {what}: {(ref_cell or {}).get('status', 'not measured')}.", ""]
+            continue
+        lines += [
+            f"### Ratio to {what}",
+            "",
+            f"Per round, the cell's p50 over the same round's p50 of {what}, on the same "
+            "workload: median [min-max] over rounds (below 1: faster).",
+            "",
+            "| cell | " + " | ".join(w["label"] for w in workloads.values()) + " |",
+            "|---|" + "---|" * len(workloads),
+        ]
+        for key, c in cells.items():
+            if key == ref or c.get("status", "ok") != "ok":
+                continue
+            row = []
+            for w in workloads:
+                r = ((c.get("workloads", {}).get(w) or {}).get("ratios") or {}).get(ref) or {}
+                summary = r.get("summary")
+                if summary:
+                    row.append(
+                        f"{_n(summary['median'])}x [{_n(summary['min'])}-{_n(summary['max'])}]"
+                    )
+                else:
+                    row.append(f"{_n(r['p50'])}x" if r.get("p50") is not None else "n/a")
+            lines.append(f"| {_peer_label(key, c)} | " + " | ".join(row) + " |")
+        lines.append("")
+    if "peers" in plot_of:
+        lines += [f"![peers]({plot_of['peers']})", ""]
+    return lines
+
+
 def render(json_path: Path, md_path: Path, plot_dir: Path) -> tuple[Path, list[Path]]:
     """RESULTS.md and the plots from an existing JSON document, without measuring.
 
@@ -1739,15 +2085,26 @@ def print_summary(doc: dict[str, Any]) -> None:
             f"  {t['verdict']:4}  {t['id']:40} measured {_n(t['measured'])} "
             f"{t['comparison']} {t['threshold']:g} {t['unit']}   ({t['detail']})"
         )
-    lat = doc["latency"]["cells"]
-    print(
-        "latency p50 ms: "
-        + ", ".join(f"{k} {_n((c['stats'] or {}).get('p50'))}" for k, c in lat.items())
-    )
-    print(
-        "sustained runs/s: "
-        + ", ".join(f"{k} {_n(c['runs_per_s'])}" for k, c in doc["sustained"]["cells"].items())
-    )
+    if doc.get("latency"):
+        lat = doc["latency"]["cells"]
+        print(
+            "latency p50 ms: "
+            + ", ".join(f"{k} {_n((c['stats'] or {}).get('p50'))}" for k, c in lat.items())
+        )
+    if doc.get("sustained"):
+        print(
+            "sustained runs/s: "
+            + ", ".join(f"{k} {_n(c['runs_per_s'])}" for k, c in doc["sustained"]["cells"].items())
+        )
+    if doc.get("peers"):
+        cells = doc["peers"]["cells"]
+        print(
+            "peers, trivial p50 ms: "
+            + ", ".join(
+                f"{k} {_n(((c['workloads']['trivial'].get('stats')) or {}).get('p50'))}"
+                for k, c in cells.items()
+            )
+        )
     print(
         f"failed samples: {len(doc['failures'])}; processes left behind: "
         f"{len(doc['processes_left_behind'])}"
@@ -1797,10 +2154,25 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--duration", type=float, default=None, help="seconds of sustained load per cell"
     )
     parser.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
+    peers = parser.add_mutually_exclusive_group()
+    peers.add_argument(
+        "--peers",
+        action="store_true",
+        help="also measure the peers (pydantic-monty, smolagents, RestrictedPython, exec(), "
+        "a bare python spawn) on the same workloads as ours, interleaved; needs "
+        "pip install 'sandbox-runtime[peers]' (a peer that is missing gets a row saying so)",
+    )
+    peers.add_argument(
+        "--peers-only",
+        action="store_true",
+        help="measure only the peers section; writes peers-<date>.json and .md",
+    )
     parser.add_argument(
         "--timeout", type=float, default=None, help="seconds any one run may take (60)"
     )
     opts = parser.parse_args(argv)
+    if opts.render is not None and (opts.peers or opts.peers_only):
+        parser.error("--render takes what the JSON holds: no --peers or --peers-only")
     if opts.concurrency is not None and opts.concurrency < 1:
         parser.error("--concurrency must be at least 1")
     if opts.duration is not None and opts.duration <= 0:
@@ -1814,12 +2186,14 @@ def main(argv: list[str] | None = None) -> None:
     opts = parse_args(args)
     if opts.render is not None:
         out_dir: Path | None = opts.out
-        md_path = out_dir / "RESULTS.md" if out_dir else RESULTS_MD
+        md_path = out_dir / "RESULTS.md" if out_dir else _default_page(opts.render)
         md, plots = render(opts.render, md_path, out_dir or opts.render.parent)
         print(f"rendered {md} and {', '.join(p.name for p in plots)}")
         return
 
     mode = "quick" if opts.quick else "smoke" if opts.smoke else "full"
+    peers = "only" if opts.peers_only else "also" if opts.peers else "no"
+    prefix = "peers" if peers == "only" else "study"
     sizes = PRESETS[mode]
     if opts.duration is not None:
         sizes = dataclasses.replace(sizes, sustained_seconds=opts.duration)
@@ -1830,19 +2204,22 @@ def main(argv: list[str] | None = None) -> None:
     if opts.out is not None:
         out_dir, md_path = opts.out, opts.out / "RESULTS.md"
     elif mode == "smoke":  # never over the repository's results
-        out_dir = Path(tempfile.mkdtemp(prefix="study-smoke-"))
+        out_dir = Path(tempfile.mkdtemp(prefix=f"{prefix}-smoke-"))
         md_path = out_dir / "RESULTS.md"
     else:
         out_dir = RESULTS_DIR
         md_path = RESULTS_MD if mode == "full" else RESULTS_DIR / f"{_stem(mode)}.md"
+    if peers == "only":  # its page goes beside its JSON, never over a study's page
+        md_path = out_dir / f"{_stem(mode, prefix)}.md"
     print(
-        f"isolation-overhead study ({mode}): levels {', '.join(LEVELS)}, spawn modes "
-        f"{', '.join(SPAWN_MODES)}; sustained concurrency {concurrency}; "
+        f"isolation-overhead study ({mode}{', peers' if peers == 'also' else ''}"
+        f"{', peers only' if peers == 'only' else ''}): levels {', '.join(LEVELS)}, spawn "
+        f"modes {', '.join(SPAWN_MODES)}; sustained concurrency {concurrency}; "
         f"load {os.getloadavg()[0]:.2f}"
     )
-    doc = run_study(mode, sizes, concurrency, opts.backend, args)
+    doc = run_study(mode, sizes, concurrency, opts.backend, args, peers)
     out_dir.mkdir(parents=True, exist_ok=True)
-    json_path = out_dir / f"{_stem(mode)}.json"
+    json_path = out_dir / f"{_stem(mode, prefix)}.json"
     json_path.write_bytes(msgspec.json.format(msgspec.json.encode(doc), indent=2) + b"\n")
     md, plots = render(json_path, md_path, out_dir)
     print_summary(doc)
@@ -1854,10 +2231,29 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(1)
 
 
-def _stem(mode: str) -> str:
+def _stem(mode: str, prefix: str = "study") -> str:
     date = dt.datetime.now(dt.UTC).date().isoformat()
-    return f"study-{date}" + ("" if mode == "full" else f"-{mode}")
+    return f"{prefix}-{date}" + ("" if mode == "full" else f"-{mode}")
+
+
+def _default_page(json_path: Path) -> Path:
+    """Where ``--render`` writes a JSON's page: RESULTS.md for the study, and beside the
+    JSON for a document of the peers section alone (never over RESULTS.md).
+
+    Raises:
+        OSError: the JSON cannot be read.
+    """
+    try:
+        doc = json.loads(json_path.read_text(encoding="utf-8"))
+    except ValueError:
+        return RESULTS_MD  # render() says what is wrong with it
+    if isinstance(doc, dict) and _peers_only(doc):
+        return json_path.with_suffix(".md")
+    return RESULTS_MD
 
 
 if __name__ == "__main__":
+    # One module, however it was started: benchmarks.peers imports benchmarks.study, which
+    # would otherwise be loaded a second time beside this __main__.
+    sys.modules.setdefault("benchmarks.study", sys.modules[__name__])
     main()

@@ -276,9 +276,10 @@ def test_render_from_json_alone(tmp_path: Path) -> None:
     assert any(ln.startswith("| confined / pool | 3 | 12.5 |") for ln in lines)
     assert "0123456789ab" in page
     pngs = sorted(p.name for p in out.glob("*.png"))
-    assert pngs == [f"study-2030-01-02-{name}.png" for name in sorted(study.PLOTS)]
+    assert pngs == [f"study-2030-01-02-{name}.png" for name in sorted(study.SECTIONS)]
     for png in pngs:
         assert f"]({png})" in page
+    assert "Peers" not in page  # a document without the peers section (older results)
 
 
 # -- each target's verdict, on each side of its threshold ----------------------------------
@@ -402,3 +403,247 @@ def test_a_target_not_measured_is_missed() -> None:
     verdicts = _verdicts(doc)
     assert verdicts.pop("failed_runs") == "PASS"
     assert set(verdicts.values()) == {"MISS"}
+
+
+# -- the peers section (``--peers``): its targets, and its page from JSON alone -----------
+
+PEER_TARGET_IDS = {tid for tid, *_ in study.PEER_TARGETS}
+
+
+def _trivial(p50: float | None, per_round: list[float] | None = None) -> dict[str, Any]:
+    """A peers-section cell's trivial workload with the given p50 (None: no samples)."""
+    return {
+        "unsupported": None,
+        "samples_ms": [[p50]] if p50 is not None else [],
+        "stats": _stats(p50) if p50 is not None else None,
+        "per_round_p50_ms": per_round if per_round is not None else [p50],
+        "ratios": {},
+    }
+
+
+def _peers_section(
+    ms: dict[str, float | None], status: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """A peers section holding only the trivial workload of the cells in ``ms``."""
+    status = status or {}
+    return {
+        "cells": {
+            key: {
+                "kind": "peer" if key.startswith("monty") else "ours",
+                "status": status.get(key, "ok"),
+                "workloads": {"trivial": _trivial(None if key in status else p50)},
+            }
+            for key, p50 in ms.items()
+        }
+    }
+
+
+#: (target, our cell, Monty's cell).
+PEER_CASES = [(tid, ours, peer) for tid, ours, peer, _ in study.PEER_TARGETS]
+
+
+@pytest.mark.parametrize(("target", "ours", "peer"), PEER_CASES, ids=[c[0] for c in PEER_CASES])
+@pytest.mark.parametrize(
+    ("ours_ms", "verdict"),
+    [(0.99, "PASS"), (1.0, "MISS"), (1.01, "MISS")],
+    ids=["faster", "same", "slower"],
+)
+def test_a_peer_target_is_met_when_ours_is_faster_only(
+    target: str, ours: str, peer: str, ours_ms: float, verdict: str
+) -> None:
+    """Our trivial p50 against Monty's (1 ms), in the same run: PASS only when ours is
+    faster (below, not at, the threshold); the other peer target is missed (its cells
+    are not in the document); the study's own targets are there as before."""
+    assert study.PEER_TARGET_RATIO == 1.0  # (the cases above are worked out for it)
+    doc = _measured()
+    doc["peers"] = _peers_section({ours: ours_ms, peer: 1.0})
+    got = {t["id"]: t for t in study.evaluate_targets(doc)}
+    assert set(got) == TARGET_IDS | PEER_TARGET_IDS
+    assert got[target]["verdict"] == verdict
+    assert got[target]["measured"] == pytest.approx(ours_ms)
+    assert got[target]["comparison"] == "<"
+    assert f"{ours} p50" in got[target]["detail"]
+    (other,) = PEER_TARGET_IDS - {target}
+    assert got[other]["verdict"] == "MISS"
+    assert {got[t]["verdict"] for t in TARGET_IDS} == {"PASS"}
+
+
+def test_a_peer_target_whose_peer_is_missing_is_missed_and_says_why() -> None:
+    reason = (
+        "not installed (No module named 'pydantic_monty'): pip install 'sandbox-runtime[peers]'"
+    )
+    section = _peers_section(
+        {
+            "confined/pool": 0.5,
+            "confined/zygote": 0.5,
+            "monty/reused": None,
+            "monty/new_worker": None,
+        },
+        status={"monty/reused": reason, "monty/new_worker": reason},
+    )
+    got = {t["id"]: t for t in study.peer_targets(section)}
+    for tid in PEER_TARGET_IDS:
+        assert got[tid]["verdict"] == "MISS"
+        assert got[tid]["measured"] is None
+        assert "not installed" in got[tid]["detail"]
+
+
+def _workload_entry(p50: float | None, unsupported: str | None = None) -> dict[str, Any]:
+    entry = _trivial(p50)
+    entry["unsupported"] = unsupported
+    if p50 is not None:
+        entry["ratios"] = {
+            "confined/pool": {
+                "p50": p50 / 5.0,
+                "per_round": [p50 / 5.0],
+                "summary": {"median": p50 / 5.0, "min": p50 / 5.0, "max": p50 / 5.0},
+            },
+        }
+    return entry
+
+
+_ISOLATES = {k: f"{k}: no" for k, _ in study.ISOLATES}
+_WORKLOADS = {
+    "trivial": {"label": "trivial run", "program": "1"},
+    "gather": {"label": "64 host calls under asyncio.gather", "program": "await g()"},
+}
+
+
+def _peers_doc() -> dict[str, Any]:
+    """A peers section: our confined pool, Monty reused (with an equivalent), smolagents
+    (gather n/a) and RestrictedPython not installed."""
+
+    def cell(
+        kind: str, label: str, trivial: float | None, gather: dict[str, Any], **kw: Any
+    ) -> dict[str, Any]:
+        return {
+            "kind": kind,
+            "label": label,
+            "status": "ok",
+            "how": f"how {label} runs",
+            "versions": {"x": "1.0"},
+            "isolates": _ISOLATES,
+            "probes": {"read_host_file": "allowed", "connect_host_loopback": "blocked: no socket"},
+            "observed": {},
+            "equivalents": {},
+            "workloads": {"trivial": _workload_entry(trivial), "gather": gather},
+            **kw,
+        }
+
+    missing = cell("peer", "RestrictedPython", None, _workload_entry(None))
+    missing.update(
+        status="not installed (No module named 'RestrictedPython'): "
+        "pip install 'sandbox-runtime[peers]'",
+        probes={},
+    )
+    return {
+        "sizes": {"rounds": 1, "per_round": 1, "cpu_per_round": 1, "warmup": 0},
+        "workloads": _WORKLOADS,
+        "references": ["confined/pool", "exec", "bare_spawn"],
+        "cells": {
+            "confined/pool": cell("ours", "confined / pool", 5.0, _workload_entry(30.0)),
+            "monty/reused": cell(
+                "peer",
+                "Monty, reused worker",
+                0.05,
+                _workload_entry(3.0),
+                equivalents={"gather": "futures resolved in one resume"},
+                observed={
+                    "worker": {"uid": "0", "seccomp": "0", "namespaces_shared_with_host": ["net"]}
+                },
+            ),
+            "smolagents": cell(
+                "peer",
+                "smolagents LocalPythonExecutor",
+                0.5,
+                _workload_entry(None, unsupported="its interpreter has no `await`"),
+            ),
+            "restrictedpython": missing,
+        },
+    }
+
+
+def test_render_with_the_peers_section(tmp_path: Path) -> None:
+    """A study document with a peers section renders the study's tables, then the peers':
+    who is who (a missing peer's row says why), what each isolates, the probes, time per
+    run (n/a with its reason, an equivalent marked and said), the ratios; and the two
+    peer targets with their verdicts."""
+    doc = _hand_written()
+    doc["parameters"]["peers"] = "also"
+    doc["peers"] = _peers_doc()
+    doc["targets"] = study.evaluate_targets(doc)
+    json_path = tmp_path / "study-2030-01-02.json"
+    json_path.write_text(json.dumps(doc), encoding="utf-8")
+    out = tmp_path / "out"
+
+    study.main(["--render", str(json_path), "--out", str(out)])
+
+    page = (out / "RESULTS.md").read_text(encoding="utf-8")
+    lines = page.splitlines()
+    for header in (
+        "| cell | n | p50 | p90 | p99 |",  # the study's own sections are still there
+        "## Peers: the alternatives on the same workloads",
+        "### Who is who",
+        "### What each isolates",
+        "| | process boundary | file system | network | memory limit | time limit |",
+        "### Time per run",
+        "### Ratio to our `confined` pool",
+    ):
+        assert header in page, header
+    (missing,) = [ln for ln in lines if ln.startswith("| RestrictedPython |") and "**" in ln]
+    assert "**not installed" in missing
+    assert "sandbox-runtime[peers]" in missing
+    (times,) = [ln for ln in lines if ln.startswith("| smolagents LocalPythonExecutor | 0.5 [")]
+    assert times.endswith("| n/a |")
+    assert (
+        "- smolagents LocalPythonExecutor, 64 host calls under asyncio.gather: n/a, "
+        "its interpreter has no `await`" in page
+    )
+    (monty,) = [ln for ln in lines if ln.startswith("| Monty, reused worker | 0.05 [")]
+    assert monty.endswith("| 3 [3.6] * |")
+    assert "futures resolved in one resume" in page
+    assert "uid 0, seccomp 0" in page
+    assert "| confined / pool (ours) | allowed | blocked: no socket |" in page
+    (target,) = [
+        ln for ln in lines if ln.startswith("| trivial run, our confined pool p50 over Monty")
+    ]
+    assert "100x" in target
+    assert "**MISS**" in target
+    assert "No ratios to plain `exec()`" in page  # exec was not in this section
+    assert (out / "study-2030-01-02-peers.png").stat().st_size > 1000
+    assert "](study-2030-01-02-peers.png)" in page
+
+
+def test_render_of_the_peers_section_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ``--peers-only`` document renders its own page beside its JSON (never over
+    RESULTS.md), without the study's sections."""
+    results_md = tmp_path / "RESULTS.md"
+    monkeypatch.setattr(study, "RESULTS_MD", results_md)
+    doc: dict[str, Any] = {
+        "study": "isolation-overhead",
+        "mode": "quick",
+        "environment": {
+            "date": "2030-01-02T03:04:05+00:00",
+            "python": "3.11.7 (main)",
+            "git": {"commit": "0123456789ab"},
+        },
+        "parameters": {"peers": "only"},
+        "peers": _peers_doc(),
+        "failures": [],
+        "processes_left_behind": [],
+    }
+    doc["targets"] = study.evaluate_targets(doc)
+    assert {t["id"] for t in doc["targets"]} == PEER_TARGET_IDS | {"failed_runs"}
+    json_path = tmp_path / "peers-2030-01-02-quick.json"
+    json_path.write_text(json.dumps(doc), encoding="utf-8")
+
+    study.main(["--render", str(json_path)])
+
+    assert not results_md.exists()
+    page = (tmp_path / "peers-2030-01-02-quick.md").read_text(encoding="utf-8")
+    assert page.startswith("# Isolation overhead beside the alternatives")
+    assert "--quick --peers-only" in page
+    assert "## Peers: the alternatives on the same workloads" in page
+    assert "Not measured in this run" not in page
+    assert "## Method" not in page
+    assert sorted(p.name for p in tmp_path.glob("*.png")) == ["peers-2030-01-02-quick-peers.png"]
