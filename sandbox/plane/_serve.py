@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import ipaddress
 import math
+import socket
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Final, final
+from typing import TYPE_CHECKING, Any, Final, final
 
 import anyio
 import mcp_types as types
@@ -22,6 +23,7 @@ import msgspec
 import pydantic
 from mcp.server import Server
 from mcp.server.auth.provider import TokenVerifier
+from mcp.server.auth.settings import AuthSettings
 from mcp.server.connection import Connection
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
@@ -54,6 +56,9 @@ from ._executor import FACTS_TIMEOUT, InProcess
 from ._http import PATH, http_app, listening_socket
 from ._stdio import StdioTransport
 from .errors import PlaneError, UnknownTool
+
+if TYPE_CHECKING:
+    import uvicorn
 
 __all__ = ["SESSION_IDLE", "ExecutorServer", "Tools"]
 
@@ -380,9 +385,7 @@ class ExecutorServer:
                     await self._server.run(wire.read, wire.write, options)
                     tg.cancel_scope.cancel()
             finally:
-                with anyio.CancelScope(shield=True):
-                    for state in list(self._live):
-                        await state.end()
+                await self._end_sessions()
 
     async def serve_http(
         self,
@@ -421,48 +424,19 @@ class ExecutorServer:
             ValueError: a bad option, or no authentication where it is required.
             OSError: the address cannot be bound, or the certificate or key read.
         """
-        import uvicorn
-
         if not (idle > 0 and math.isfinite(idle)):
             raise ValueError(f"idle must be a positive number of seconds, got {idle!r}")
-        if token is not None and oauth is not None:
-            raise ValueError("one way of authenticating: a bearer token or OAuth, not both")
-        if (tls_cert is None) != (tls_key is None):
-            raise ValueError("TLS needs a certificate and its key, both")
-        if require_auth is None:
-            require_auth = not _loopback(host)
-        if require_auth and token is None and oauth is None:
-            raise ValueError(
-                f"serving {host} (not loopback) needs a bearer token or OAuth: whoever "
-                "reaches the port would run code"
-            )
-        if oauth is not None and oauth.resource is None and _unspecified(host):
-            raise ValueError(
-                f"serving {host}, OAuth needs the URL clients reach the server at (resource)"
-            )
-        verifier: TokenVerifier | None = BearerToken(token) if token is not None else None
+        _check_tls(tls_cert, tls_key)
+        _check_auth(host, token, oauth, require_auth)
+        bearer = BearerToken(token) if token is not None else None
         await self.prepare()
         sock = listening_socket(host, port)
         try:
             bound = sock.getsockname()[1]
             scheme = "http" if tls_cert is None else "https"
             url = f"{scheme}://{_url_host(host)}:{bound}{PATH}"
-            names = _host_names(host)
-            security = TransportSecuritySettings(
-                enable_dns_rebinding_protection=True,
-                allowed_hosts=[
-                    *(f"{n}:{bound}" for n in names),
-                    *(h.lower() for h in allowed_hosts),
-                ],
-                allowed_origins=[
-                    *(f"{scheme}://{n}:{bound}" for n in names),
-                    *(o.lower() for o in allowed_origins),
-                ],
-            )
-            settings = None
-            if oauth is not None:
-                settings = oauth.settings(url)
-                verifier = oauth.token_verifier(url)
+            security = _security(host, bound, scheme, allowed_hosts, allowed_origins)
+            verifier, settings = _authentication(url, bearer, oauth)
             app, self._sessions = http_app(
                 self._server,
                 security=security,
@@ -470,32 +444,40 @@ class ExecutorServer:
                 verifier=verifier,
                 oauth=settings,
             )
-            config = uvicorn.Config(
-                app,
-                log_level="warning",
-                lifespan="on",
-                ssl_certfile=tls_cert,
-                ssl_keyfile=tls_key,
-            )
-            config.load()  # the certificate and key are read now, not at the first request
-            uv = uvicorn.Server(config)
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(self._expire_idle, idle)
-                tg.start_soon(uv.serve, [sock])
-                while not uv.started:  # noqa: ASYNC110 (uvicorn says so by a flag only)
-                    await anyio.sleep(0.01)
-                if ready is not None:
-                    ready(url)
-                try:
-                    await anyio.sleep_forever()
-                finally:
-                    uv.should_exit = True
-                    tg.cancel_scope.cancel()
+            await self._serve_on(sock, _uvicorn(app, tls_cert, tls_key), idle, url, ready)
         finally:
             sock.close()
-            with anyio.CancelScope(shield=True):
-                for state in list(self._live):
-                    await state.end()
+            await self._end_sessions()
+
+    async def _serve_on(
+        self,
+        sock: socket.socket,
+        uv: uvicorn.Server,
+        idle: float,
+        url: str,
+        ready: Callable[[str], Any] | None,
+    ) -> None:
+        """Serve on ``sock`` until cancelled, closing sessions idle for ``idle`` seconds;
+        ``ready`` is told ``url`` once the server listens."""
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._expire_idle, idle)
+            tg.start_soon(uv.serve, [sock])
+            while not uv.started:  # noqa: ASYNC110 (uvicorn says so by a flag only)
+                await anyio.sleep(0.01)
+            if ready is not None:
+                ready(url)
+            try:
+                await anyio.sleep_forever()
+            finally:
+                uv.should_exit = True
+                tg.cancel_scope.cancel()
+
+    async def _end_sessions(self) -> None:
+        """End every live session: the server stops (shielded, as it may stop by being
+        cancelled)."""
+        with anyio.CancelScope(shield=True):
+            for state in list(self._live):
+                await state.end()
 
     async def _expire_idle(self, idle: float) -> None:
         while True:
@@ -592,6 +574,81 @@ def _mcp_result(result: Result) -> types.CallToolResult:
         is_error=result.is_error,
         _meta={CAPABILITY_KEY: meta},
     )
+
+
+# -- the HTTP server's parts --
+
+
+def _check_tls(tls_cert: str | None, tls_key: str | None) -> None:
+    """HTTPS needs both a certificate and its key; HTTP, neither."""
+    if (tls_cert is None) != (tls_key is None):
+        raise ValueError("TLS needs a certificate and its key, both")
+
+
+def _check_auth(host: str, token: str | None, oauth: OAuth | None, require: bool | None) -> None:
+    """One way of authenticating at most, and one where it is required (``require``; by
+    default, whenever ``host`` is not loopback); OAuth serving every address of the host
+    needs to be told the URL its clients reach."""
+    if token is not None and oauth is not None:
+        raise ValueError("one way of authenticating: a bearer token or OAuth, not both")
+    if require is None:
+        require = not _loopback(host)
+    if require and token is None and oauth is None:
+        raise ValueError(
+            f"serving {host} (not loopback) needs a bearer token or OAuth: whoever "
+            "reaches the port would run code"
+        )
+    if oauth is not None and oauth.resource is None and _unspecified(host):
+        raise ValueError(
+            f"serving {host}, OAuth needs the URL clients reach the server at (resource)"
+        )
+
+
+def _authentication(
+    url: str, bearer: TokenVerifier | None, oauth: OAuth | None
+) -> tuple[TokenVerifier | None, AuthSettings | None]:
+    """The verifier of every request's token (None: no authentication), and for OAuth the
+    settings of the resource server served at ``url``."""
+    if oauth is None:
+        return bearer, None
+    settings = oauth.settings(url)
+    return oauth.token_verifier(url), settings
+
+
+def _security(
+    host: str, port: int, scheme: str, allowed_hosts: Iterable[str], allowed_origins: Iterable[str]
+) -> TransportSecuritySettings:
+    """The Host and Origin headers accepted (lower-case): the names of ``host`` at ``port``,
+    and those allowed besides (DNS rebinding protection)."""
+    names = _host_names(host)
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=[*(f"{n}:{port}" for n in names), *(h.lower() for h in allowed_hosts)],
+        allowed_origins=[
+            *(f"{scheme}://{n}:{port}" for n in names),
+            *(o.lower() for o in allowed_origins),
+        ],
+    )
+
+
+def _uvicorn(app: Any, tls_cert: str | None, tls_key: str | None) -> uvicorn.Server:
+    """The HTTP server of ``app`` (HTTPS with a certificate and its key), certificate and
+    key read now rather than at the first request.
+
+    Raises:
+        OSError: the certificate or the key cannot be read.
+    """
+    import uvicorn  # here: serving over stdio need not load it
+
+    config = uvicorn.Config(
+        app,
+        log_level="warning",
+        lifespan="on",
+        ssl_certfile=tls_cert,
+        ssl_keyfile=tls_key,
+    )
+    config.load()
+    return uvicorn.Server(config)
 
 
 def _host_names(host: str) -> list[str]:
