@@ -153,6 +153,43 @@ def _session_of(pid: int) -> int | None:
     return int(fields[3])
 
 
+class _Dead:
+    """A child the zygote reaped: its pid, the session it was of, and how it ended."""
+
+    __slots__ = ("exited", "pid", "session")
+
+    def __init__(self, pid: int, session: int | None, exited: Exited) -> None:
+        self.pid = pid
+        self.session = session
+        self.exited = exited
+
+
+def _reap_all() -> list[_Dead]:
+    """Reap every dead child of this process.
+
+    Each child's session is read before it is reaped (a zombie still has one): that is how
+    a detached PID 1 is told from an orphan.
+    """
+    dead: list[_Dead] = []
+    while True:
+        try:
+            info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return dead
+        if info is None:
+            return dead
+        pid = info.si_pid
+        session = _session_of(pid)
+        _, status, usage = os.wait4(pid, 0)  # a zombie: returns at once
+        exited = Exited(status, usage.ru_utime, usage.ru_stime, usage.ru_maxrss * 1024)
+        dead.append(_Dead(pid, session, exited))
+
+
+def _left_pid1(status: int) -> bool:
+    """Whether a confined child's wait ``status`` says it left its PID 1 to the zygote."""
+    return os.WIFEXITED(status) and os.WEXITSTATUS(status) == RunnerExit.DETACHED
+
+
 class _Runner:
     """One run's child. Keyed by the pid the zygote forked, which is also its session id.
 
@@ -170,6 +207,12 @@ class _Runner:
         self.confined = bool(request.confine)
         self.detached = False
         self.pid1: int | None = None
+
+    def is_pid1(self, pid: int) -> bool:
+        """Whether ``pid``, a process of this run's session, is its PID 1 (a PID 1 that died
+        before :meth:`_Zygote._detached` could find it is the first of the session to die).
+        """
+        return self.pid1 == pid or (self.detached and self.pid1 is None)
 
 
 class _Zygote:
@@ -286,57 +329,59 @@ class _Zygote:
     def _reap(self) -> None:
         """Reap every dead child; then report the runners among them.
 
-        Each child's session is read before it is reaped (a zombie still has one): that is
-        how a detached PID 1 is told from an orphan. Reports go out only after the whole
-        pass, so that when the host reads a runner's status, the dead processes that
-        runner left to us are reaped too.
+        Reports go out only after the whole pass, so that when the host reads a runner's
+        status, the dead processes that runner left to us are reaped too.
         """
-        reaped: list[tuple[int, int, float, float, int, int | None]] = []
-        while True:
-            try:
-                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-            except ChildProcessError:
-                break
-            if info is None:
-                break
-            pid = info.si_pid
-            session = _session_of(pid)
-            _, status, usage = os.wait4(pid, 0)  # a zombie: returns at once
-            reaped.append(
-                (pid, status, usage.ru_utime, usage.ru_stime, usage.ru_maxrss * 1024, session)
-            )
-        reports: list[tuple[_Runner, Exited]] = []
+        dead = _reap_all()
         # The children the zygote forked first: a detached one names its PID 1.
-        reaped.sort(key=lambda r: r[0] not in self.runners)
-        for pid, status, utime, stime, maxrss, session in reaped:
-            runner = self.runners.get(pid)
-            if runner is not None and runner.pid1 is None and not runner.detached:
-                detached = os.WIFEXITED(status) and os.WEXITSTATUS(status) == RunnerExit.DETACHED
-                if runner.confined and detached:
-                    self._detached(pid, runner)
-                    continue
-                del self.runners[pid]
-                reports.append((runner, Exited(status, utime, stime, maxrss)))
-                continue
-            runner = self.runners.get(session) if session is not None else None
-            if runner is not None and (
-                runner.pid1 == pid or (runner.detached and runner.pid1 is None)
-            ):
-                assert session is not None
-                del self.runners[session]
-                reports.append((runner, Exited(status, utime, stime, maxrss)))
+        dead.sort(key=lambda d: d.pid not in self.runners)
+        reports: list[tuple[_Runner, Exited]] = []
+        for one in dead:
+            runner = self._run_ended_by(one)
+            if runner is not None:
+                reports.append((runner, one.exited))
         if reports:
-            # A runner that died left its program's processes to us: they belong to a run
-            # that is over.
-            # (Not a PID 1 on its way to us: it is of a live run's session.)
-            known = {*self.runners, *(r.pid1 for r in self.runners.values() if r.pid1)}
-            for pid in _children():
-                if pid not in known and _session_of(pid) not in self.runners:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGKILL)
+            self._kill_leftovers()
         for runner, exited in reports:
             _send(runner.report, exited)
             runner.report.close()
+
+    def _run_ended_by(self, dead: _Dead) -> _Runner | None:
+        """The run whose runner ``dead`` was, taken off the table; None if it was none (an
+        orphan, or a confined child that left its PID 1 to us)."""
+        forked = self.runners.get(dead.pid)
+        if forked is not None and forked.pid1 is None and not forked.detached:
+            return self._forked_ended(dead, forked)
+        return self._pid1_ended(dead)
+
+    def _forked_ended(self, dead: _Dead, runner: _Runner) -> _Runner | None:
+        """The child the zygote forked for ``runner`` is dead: the run is over, unless it was
+        a confined child that left its PID 1 to us (then None: PID 1 is the runner now)."""
+        if runner.confined and _left_pid1(dead.exited.status):
+            self._detached(dead.pid, runner)
+            return None
+        return self.runners.pop(dead.pid)
+
+    def _pid1_ended(self, dead: _Dead) -> _Runner | None:
+        """The run ``dead`` was PID 1 of, taken off the table; None if it was none."""
+        session = dead.session  # a PID 1 is of the session the zygote forked
+        if session is None:
+            return None
+        runner = self.runners.get(session)
+        if runner is None or not runner.is_pid1(dead.pid):
+            return None
+        return self.runners.pop(session)
+
+    def _kill_leftovers(self) -> None:
+        """Kill the processes dead runners left to us: they belong to runs that are over.
+
+        (Not a PID 1 on its way to us: it is of a live run's session.)
+        """
+        known = {*self.runners, *(r.pid1 for r in self.runners.values() if r.pid1)}
+        for pid in _children():
+            if pid not in known and _session_of(pid) not in self.runners:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
 
     def _detached(self, forked: int, runner: _Runner) -> None:
         """The child ``forked`` left its PID 1 to us: find it (same session) and report it."""
