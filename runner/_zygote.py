@@ -481,6 +481,17 @@ def _become_runner(job: _Job) -> _main.Arguments:
         with open(procs, "w") as f:
             f.write(str(os.getpid()))
     os.setsid()
+    _place_descriptors(job, fds)
+    os.chdir(request.workdir)
+    arguments = ["3", "4", "5", "6", *_runner_options(request)]  # the channels, then options
+    if request.mode == "cold":
+        os.execve(request.argv[0], [*request.argv, *arguments], request.env)
+    return _warm_runner(request, arguments)
+
+
+def _place_descriptors(job: _Job, fds: list[int]) -> None:
+    """Make the run's pipes this process's stdio (0-2), channels (3-6) and ready pipe (7),
+    with ``/dev/null`` as stdin; close every other descriptor."""
     start_r, start_w, call_r, call_w, out_w, err_w, ready_w = fds
     null = os.open("/dev/null", os.O_RDWR)
     # Out of the way of 0-7 first, then into place.
@@ -493,21 +504,27 @@ def _become_runner(job: _Job) -> _main.Arguments:
     os.dup2(ready_high, 7)
     job.ready = 7
     os.closerange(8, os.sysconf("SC_OPEN_MAX"))
-    os.chdir(request.workdir)
-    channels = ("3", "4", "5", "6")
+
+
+def _runner_options(request: ForkRequest) -> list[str]:
+    """The runner's options for ``request``: a cold runner's command line, a warm one's argv."""
     timeout = str(request.start_timeout or "inf")
     options = ["--ready", "7", "--supervised", "--start-timeout", timeout]
     if request.confine:
         options += ["--confine", request.confine]
     if not request.linger:
         options.append("--no-linger")
-    if request.mode == "cold":
-        os.execve(request.argv[0], [*request.argv, *channels, *options], request.env)
+    return options
+
+
+def _warm_runner(request: ForkRequest, arguments: list[str]) -> _main.Arguments:
+    """Become the runner in this process: the run's environment, the command line it would
+    have had (``arguments``), and what :func:`runner._main.serve` is told."""
     from . import _main
 
     os.environ.clear()
     os.environ.update(request.env)
-    sys.argv = ["-c", *channels, *options]
+    sys.argv = ["-c", *arguments]
     _main._tie_to_parent(death_signal=False)
     return _main.Arguments(
         (3, 4),
