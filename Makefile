@@ -1,12 +1,13 @@
 # The two commands a fresh machine needs: `make demo` (a program in a sandbox, calling the
-# example host tools) and `make test` (lint, types, the whole suite). Each creates .venv
-# and installs what it needs.
+# example host tools) and `make test` (lint, types, the whole suite, as CI runs it). Each
+# creates .venv and installs what it needs. While working: `make check` (lint, types and
+# the suite's fast tier, under a minute of tests on two quiet cores: tests/conftest.py).
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck pytest bench clean
+.PHONY: demo test check lint typecheck pytest pytest-fast bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -20,6 +21,8 @@ demo: $(STAMP)
 
 test: lint typecheck pytest
 
+check: lint typecheck pytest-fast
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -31,6 +34,9 @@ typecheck: $(STAMP)
 # left as a failure here on purpose.
 pytest: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+pytest-fast: $(STAMP)
+	SANDBOX_TESTS=fast $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.bench_wire

@@ -1,7 +1,17 @@
-"""Suite-wide settings: every async test runs on asyncio (debug mode) and on trio."""
+"""Suite-wide settings: every async test runs on asyncio (debug mode) and on trio.
+
+Two tiers. ``make test`` (CI) runs everything: every async test on both backends, every
+system test at each level and with each way of making a child. ``make check``
+(``SANDBOX_TESTS=fast``) is for use while working: the same tests, but each parametrized
+over a backend, a level or a spawn mode only with the first of them (asyncio, the first
+level listed, the zygote), without the tests marked ``slow`` (system tests slow by
+nature: real servers, benchmark smoke runs, hundreds of runs, fork bombs; one of each kind
+stays), and with 20 examples of each property instead of 200.
+"""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
@@ -15,7 +25,11 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
     max_examples=200,
 )
-settings.load_profile("default")
+#: ``make check``: the fast tier (see the module docstring).
+FAST = os.environ.get("SANDBOX_TESTS") == "fast"
+# The fast tier tries a few examples of each property; CI tries the default's 200.
+settings.register_profile("fast", settings.get_profile("default"), max_examples=20)
+settings.load_profile("fast" if FAST else "default")
 
 
 @pytest.fixture(
@@ -26,3 +40,39 @@ settings.load_profile("default")
 )
 def anyio_backend(request: pytest.FixtureRequest) -> Any:
     return request.param
+
+
+#: The parameters whose values multiply the system tests, and the one value the fast tier
+#: keeps of each (None: the first value the test lists).
+_MATRIX: dict[str, str | None] = {"anyio_backend": "asyncio", "spawn": "zygote", "level": None}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not FAST:
+        return
+    first: dict[tuple[str, str], str] = {}  # (test function, parameter) -> first value's id
+    keep: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        wanted = item.get_closest_marker("slow") is None
+        if callspec is not None and wanted:
+            function = item.nodeid.split("[", 1)[0]
+            for name, value in _MATRIX.items():
+                if name not in callspec.params:
+                    continue
+                shown = _value_id(callspec.params[name])
+                chosen = value if value is not None else first.setdefault((function, name), shown)
+                if shown != chosen:
+                    wanted = False
+                    break
+        (keep if wanted else dropped).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
+
+
+def _value_id(value: object) -> str:
+    if isinstance(value, tuple):  # the anyio_backend parameter: (name, options)
+        return str(value[0])
+    return str(getattr(value, "value", value))

@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 VARIANTS = {
@@ -91,6 +93,7 @@ def _check_ratios(op: str, key: str, kind: str, ratios: dict[str, Any]) -> None:
         assert all(_positive(x) for x in numbers), (op, key, base, r)
 
 
+@pytest.mark.slow
 def test_smoke_run_writes_every_series(tmp_path: Path) -> None:
     """A smoke run exits 0 and writes, for every operation and variant, positive numbers and
     positive cost ratios to InProcess and (for Remote) to the SDK over the same transport,

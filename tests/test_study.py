@@ -105,6 +105,7 @@ def _check_memory(doc: dict[str, Any]) -> None:
     assert mem["bare_interpreter"]["uss_mb"]["mean"] > 0
 
 
+@pytest.mark.slow
 def test_smoke_run_measures_every_cell(tmp_path: Path) -> None:
     """A smoke run writes a JSON with every cell, sane numbers, every verdict and every
     failed run accounted for, and the plots and RESULTS.md beside it; it leaves no process

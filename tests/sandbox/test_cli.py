@@ -76,6 +76,7 @@ def test_help_exits_zero() -> None:
     assert proc.stderr == ""
 
 
+@pytest.mark.slow
 def test_run_help_mentions_every_option() -> None:
     """``run --help`` exits 0, lists every option, every level and the exit codes."""
     proc = cli("run", "--help")
@@ -136,6 +137,7 @@ RAW_CONTROLS = ("\x1b", "\r", "\x00", "\x07", "\x9b", "\u202e")
 
 
 @pytest.mark.parametrize("fails", [False, True], ids=["value", "error"])
+@pytest.mark.slow
 def test_program_text_is_escaped_on_the_terminal(tmp_path: Path, fails: bool) -> None:
     """Control and bidirectional characters from the program reach neither stream raw."""
     source = f"import sys\ntext = {HOSTILE_TEXT!r}\nprint(text)\nprint(text, file=sys.stderr)\n" + (
@@ -153,6 +155,7 @@ def test_program_text_is_escaped_on_the_terminal(tmp_path: Path, fails: bool) ->
         assert proc.stdout.splitlines()[-1].startswith('"\\u001b]0;owned')
 
 
+@pytest.mark.slow
 def test_json_keeps_program_text_exact(tmp_path: Path) -> None:
     """``--json`` is JSON's own escaping: the document decodes to the program's exact text."""
     source = f"print({HOSTILE_TEXT!r}, end='')\n{HOSTILE_TEXT!r}\n"
@@ -163,6 +166,7 @@ def test_json_keeps_program_text_exact(tmp_path: Path) -> None:
     assert (result.stdout, result.value) == (HOSTILE_TEXT, HOSTILE_TEXT)
 
 
+@pytest.mark.slow
 def test_json_failure_exits_one(tmp_path: Path) -> None:
     """With ``--json`` a failed run is still one RunResult document, and the exit code is 1."""
     proc = cli("run", program_file(tmp_path, "raise ValueError('boom')"), "--json")
@@ -189,6 +193,7 @@ def test_timeout_exits_three_at_the_limit(tmp_path: Path) -> None:
     assert 1.0 <= elapsed < baseline + 1.0 + 1.5
 
 
+@pytest.mark.slow
 def test_max_calls_caught_by_the_program(tmp_path: Path) -> None:
     """Past ``--max-calls 2`` a call raises CallError(limit); a program that catches it goes on."""
     source = (
@@ -233,6 +238,7 @@ def test_tools_from_a_path_in_another_directory(tmp_path: Path) -> None:
     assert proc.stdout == "4\n"
 
 
+@pytest.mark.slow
 def test_tools_from_a_module_name(tmp_path: Path) -> None:
     """``--tools examples.tools`` imports the module from the working directory."""
     proc = cli(
@@ -242,6 +248,7 @@ def test_tools_from_a_module_name(tmp_path: Path) -> None:
     assert proc.stdout == "3\n"
 
 
+@pytest.mark.slow
 def test_tools_repeated(tmp_path: Path) -> None:
     """``--tools`` is repeatable; a module without TOOLS exposes its public functions."""
     program_file(tmp_path, "def shout(text: str) -> str:\n    return text.upper()\n", "extra.py")
@@ -258,6 +265,7 @@ def test_tools_repeated(tmp_path: Path) -> None:
     assert msgspec.json.decode(proc.stdout) == ["HI", 2]
 
 
+@pytest.mark.slow
 def test_tools_file_named_like_a_loaded_module(tmp_path: Path) -> None:
     """``--tools dir/signal.py`` loads that file, not the standard library's ``signal``."""
     program_file(tmp_path, "def shout(text: str) -> str:\n    return text.upper()\n", "signal.py")
@@ -286,6 +294,7 @@ def test_unknown_tools_module_exits_four(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.slow
 def test_tools_module_with_a_missing_dependency_exits_four(tmp_path: Path) -> None:
     """A tools file whose own import fails exits 4, with the import error."""
     tools = program_file(tmp_path, "import no_such_dependency_zz\n", "broken_tools.py")
@@ -298,6 +307,7 @@ def test_tools_module_with_a_missing_dependency_exits_four(tmp_path: Path) -> No
 @pytest.mark.parametrize(
     "source", ["raise RuntimeError('no config')\n", "def broken(:\n"], ids=["raises", "syntax"]
 )
+@pytest.mark.slow
 def test_tools_module_that_fails_to_load_exits_four(tmp_path: Path, source: str) -> None:
     """A tools file that raises or does not parse exits 4 with one clear line, no traceback."""
     tools = program_file(tmp_path, source, "bad_tools.py")
@@ -317,6 +327,7 @@ def test_negative_timeout_is_refused(tmp_path: Path) -> None:
     assert "positive" in proc.stderr
 
 
+@pytest.mark.slow
 def test_memory_that_is_not_a_size_is_bad_usage(tmp_path: Path) -> None:
     """``--max-memory lots`` is bad usage (exit 2), naming the option and the value."""
     proc = cli("run", program_file(tmp_path, "1"), "--max-memory", "lots")
@@ -327,6 +338,7 @@ def test_memory_that_is_not_a_size_is_bad_usage(tmp_path: Path) -> None:
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_infinite_size_is_bad_usage(tmp_path: Path) -> None:
     """``--max-memory infk`` is bad usage (exit 2), not a traceback."""
     proc = cli("run", program_file(tmp_path, "1"), "--max-memory", "infk")
@@ -334,6 +346,7 @@ def test_infinite_size_is_bad_usage(tmp_path: Path) -> None:
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_stdin_program(tmp_path: Path) -> None:
     """``-`` reads the program from standard input."""
     proc = cli("run", "-", stdin="print('from stdin')\n6 * 7\n")
@@ -348,6 +361,7 @@ def test_in_process_level_refuses_a_timeout(tmp_path: Path) -> None:
     assert "wall_clock" in proc.stderr
 
 
+@pytest.mark.slow
 def test_console_script_works_like_python_dash_m(tmp_path: Path) -> None:
     """The installed ``sandbox`` script gives the same output and exit codes as -m sandbox."""
     script = Path(sys.executable).parent / "sandbox"
@@ -381,6 +395,7 @@ def test_console_script_works_like_python_dash_m(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(600)
+@pytest.mark.slow
 def test_make_demo(tmp_path: Path) -> None:
     """``make demo`` exits 0 and prints the concurrent example's value (the failure is ignored)."""
     source = (PROGRAMS / "concurrent.py").read_text()
@@ -407,19 +422,28 @@ def test_make_demo(tmp_path: Path) -> None:
     assert "sandbox: denied" in proc.stderr  # the second program fails, on purpose
 
 
-@pytest.mark.parametrize("mode", ["cold", "zygote", "pool"])
+@pytest.mark.parametrize(
+    "mode",
+    [
+        pytest.param("cold", marks=pytest.mark.slow),
+        "zygote",
+        pytest.param("pool", marks=pytest.mark.slow),
+    ],
+)
 def test_every_spawn_mode_runs_the_program(tmp_path: Path, mode: str) -> None:
     proc = cli("run", "--spawn", mode, program_file(tmp_path, "6 * 7"))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "42"
 
 
+@pytest.mark.slow
 def test_a_bad_spawn_mode_is_a_usage_error(tmp_path: Path) -> None:
     proc = cli("run", "--spawn", "fork", program_file(tmp_path, "1"))
     assert proc.returncode == 2
     assert "--spawn" in proc.stderr
 
 
+@pytest.mark.slow
 def test_stack_on_timeout_prints_where_the_program_was(tmp_path: Path) -> None:
     source = "def stuck_here():\n    while True:\n        pass\n\nstuck_here()\n"
     proc = cli("run", "--timeout", "1", "--stack-on-timeout", program_file(tmp_path, source))
@@ -427,6 +451,7 @@ def test_stack_on_timeout_prints_where_the_program_was(tmp_path: Path) -> None:
     assert "stuck_here" in proc.stderr or "no stack: py-spy" in proc.stderr
 
 
+@pytest.mark.slow
 def test_bench_passes_its_arguments_to_the_study() -> None:
     proc = cli("bench", "--help-study")
     assert proc.returncode == 0, proc.stderr

@@ -69,6 +69,7 @@ needs_cgroups = pytest.mark.skipif(
 
 
 @needs_cgroups
+@pytest.mark.slow
 async def test_fork_bomb(level: Level) -> None:
     """A fork bomb is held at max_processes, ended at the wall clock, and fully killed."""
     result = await run_hostile("fork_bomb", level, wall_clock=2.0, max_processes=32)
@@ -94,7 +95,7 @@ made
 
 
 @needs_cgroups
-@pytest.mark.parametrize("cap", [None, 40])
+@pytest.mark.parametrize("cap", [pytest.param(None, marks=pytest.mark.slow), 40])
 async def test_processes_are_held_at_the_cap(level: Level, cap: int | None) -> None:
     """The run never has more processes at once than ``max_processes`` (by default 256):
     a program forking children that stay alive is refused its next fork right there."""
@@ -107,6 +108,7 @@ async def test_processes_are_held_at_the_cap(level: Level, cap: int | None) -> N
 
 
 @needs_cgroups
+@pytest.mark.slow
 async def test_the_default_process_limit_can_be_lifted(level: Level) -> None:
     """``max_processes=None`` lifts the default: the same program makes more than 256."""
     program = COUNT_FORKS.replace("100_000", "300")
@@ -115,6 +117,7 @@ async def test_the_default_process_limit_can_be_lifted(level: Level) -> None:
 
 
 @needs_cgroups
+@pytest.mark.slow
 async def test_fork_bomb_under_the_default_budget_ends_at_the_wall_clock(level: Level) -> None:
     """With no process limit asked for, a fork bomb is held by the default one, and the
     run ends at its wall clock (a second of margin for a loaded machine)."""
@@ -227,7 +230,7 @@ def _cpuacct() -> bool:
 @pytest.mark.parametrize(
     ("program", "limit"),
     [
-        ("while True: pass", 1.0),
+        pytest.param("while True: pass", 1.0, marks=pytest.mark.slow),
         ("while True: pass", 0.5),
         (SPINNING_WORKERS, 1.0),
     ],

@@ -39,6 +39,7 @@ def open_fds() -> int:
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 async def test_many_runs_leave_nothing_behind(spawn: Spawn) -> None:
     """Hundreds of runs in a row leave no descriptor, process, zombie, directory or cgroup."""
     dirs = run_dirs()

@@ -26,6 +26,7 @@ async def test_the_stack_names_where_the_program_was(level: Level) -> None:
     assert "stuck_here (<program>:" in result.stack
 
 
+@pytest.mark.slow
 async def test_no_stack_unless_asked() -> None:
     result = await sandbox.run(STUCK, budget=Budget(wall_clock=1.0))
     assert result.cause == "wall_clock"
@@ -46,6 +47,7 @@ async def test_without_py_spy_the_result_says_so(monkeypatch: pytest.MonkeyPatch
     assert "not installed" in result.stack_error
 
 
+@pytest.mark.slow
 async def test_a_py_spy_that_cannot_attach_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_stack, "py_spy", lambda: "/bin/false")
     result = await sandbox.run(STUCK, budget=Budget(wall_clock=1.0), stack_on_timeout=True)

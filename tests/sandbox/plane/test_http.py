@@ -75,6 +75,7 @@ async def test_remote_and_the_official_client_over_http() -> None:
             assert r2.structured_content == {"value": "K"}
 
 
+@pytest.mark.slow
 async def test_rebinding_and_cross_origin_requests_are_refused() -> None:
     async with http_server() as (url, _):
         port = url.split(":")[2].split("/")[0]
@@ -89,6 +90,7 @@ async def test_rebinding_and_cross_origin_requests_are_refused() -> None:
         assert await anyio.to_thread.run_sync(post, url, same) == 200
 
 
+@pytest.mark.slow
 async def test_an_allowed_host_is_accepted() -> None:
     async with http_server("--allow-host", "sandbox.internal:*") as (url, _):
         port = url.split(":")[2].split("/")[0]
@@ -96,6 +98,7 @@ async def test_an_allowed_host_is_accepted() -> None:
         assert await anyio.to_thread.run_sync(post, url, allowed) == 200
 
 
+@pytest.mark.slow
 async def test_a_call_in_flight_keeps_its_session_open() -> None:
     """A session is idle when it has no request in flight: a program that runs longer than
     the idle limit, on a client that sends nothing else (no pings), runs to its end."""
@@ -109,6 +112,7 @@ async def test_a_call_in_flight_keeps_its_session_open() -> None:
         assert (r.is_error, r.data["value"]) == (False, 42), r.text
 
 
+@pytest.mark.slow
 async def test_an_idle_session_is_closed() -> None:
     async with http_server("--idle", "1") as (url, _), raw_client(url) as client:
         await client.call("pid")
@@ -119,6 +123,7 @@ async def test_an_idle_session_is_closed() -> None:
         assert gone.status_code == 404, gone.text
 
 
+@pytest.mark.slow
 async def test_pings_keep_a_session_open_and_a_lost_one_is_dialed_again() -> None:
     async with http_server("--idle", "1") as (url, _):
         async with plane.Remote.dial(plane.http(url), keepalive=0.2) as remote:
@@ -137,6 +142,7 @@ async def test_pings_keep_a_session_open_and_a_lost_one_is_dialed_again() -> Non
             assert warned
 
 
+@pytest.mark.slow
 async def test_accepted_connections_send_small_writes_at_once() -> None:
     """TCP_NODELAY on every connection the server accepts: without it, a kept-alive client
     waits out the delayed ACK (about 40 ms) on every call, for the SSE body's second write."""
@@ -148,6 +154,7 @@ async def test_accepted_connections_send_small_writes_at_once() -> None:
             assert all(flags), flags
 
 
+@pytest.mark.slow
 async def test_a_plain_answer_is_one_body_and_a_call_that_calls_back_streams() -> None:
     """An answer that is the stream's only event goes out with its length (fewer writes on
     the connection); a program's host call, sent back to the client before the answer,
@@ -171,6 +178,7 @@ async def test_a_plain_answer_is_one_body_and_a_call_that_calls_back_streams() -
         assert r.data["value"] == "Z", r.text
 
 
+@pytest.mark.slow
 async def test_host_names_compare_without_case() -> None:
     async with http_server() as (url, _):
         port = url.split(":")[2].split("/")[0]
@@ -182,12 +190,14 @@ async def test_host_names_compare_without_case() -> None:
         assert await anyio.to_thread.run_sync(post, url, allowed) == 200
 
 
+@pytest.mark.slow
 async def test_another_loopback_address_is_its_own_host() -> None:
     async with http_server(address="127.0.0.2:0") as (url, _):
         assert url.startswith("http://127.0.0.2:")
         assert await anyio.to_thread.run_sync(post, url, {}) == 200
 
 
+@pytest.mark.slow
 async def test_a_cancelled_call_gets_no_answer(tmp_path: Path) -> None:
     """After notifications/cancelled, the call's stream ends with nothing for its id (the
     spec forbids an answer; the SDK's transport sent -32800, which the TypeScript client
@@ -241,6 +251,7 @@ MALFORMED = [
 
 
 @pytest.mark.parametrize(("body", "code", "rid", "says"), MALFORMED)
+@pytest.mark.slow
 async def test_a_malformed_message_gets_its_error_in_a_line(
     body: bytes, code: int, rid: int | None, says: str
 ) -> None:

@@ -48,6 +48,7 @@ def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
+@pytest.mark.slow
 async def test_a_bearer_token_lets_in_whoever_has_it(tmp_path: Path) -> None:
     secret = tmp_path / "token"
     secret.write_text(TOKEN + "\n")
@@ -65,6 +66,7 @@ async def test_a_bearer_token_lets_in_whoever_has_it(tmp_path: Path) -> None:
                 pass
 
 
+@pytest.mark.slow
 async def test_the_token_can_come_from_the_environment() -> None:
     env = {"SANDBOX_TEST_TOKEN": TOKEN}
     async with http_server("--token-env", "SANDBOX_TEST_TOKEN", env=env) as (url, _):
@@ -96,6 +98,7 @@ class Issuer:
         return jwt.encode(body, self.key, algorithm="RS256", headers={"kid": "k1"})
 
 
+@pytest.mark.slow
 async def test_oauth_lets_in_the_issuers_tokens_for_this_server(tmp_path: Path) -> None:
     issuer = Issuer(tmp_path)
     options = ["--oauth-issuer", ISSUER, "--oauth-jwks", issuer.jwks.as_uri()]
@@ -161,6 +164,7 @@ def self_signed(where: Path) -> tuple[Path, Path]:
     return cert_path, key_path
 
 
+@pytest.mark.slow
 async def test_tls_from_a_certificate_and_its_key(tmp_path: Path) -> None:
     cert, key = self_signed(tmp_path)
     secret = tmp_path / "token"

@@ -203,6 +203,7 @@ async def test_claims_and_calls_are_the_executors() -> None:
         assert isinstance(got[2], plane.errors.UnknownTool)
 
 
+@pytest.mark.slow
 async def test_a_slow_reading_blocks_its_call_and_leaves_the_connection_up(
     tmp_path: Path,
 ) -> None:
@@ -219,6 +220,7 @@ async def test_a_slow_reading_blocks_its_call_and_leaves_the_connection_up(
     assert not await anyio.Path(tmp_path / "t").exists()
 
 
+@pytest.mark.slow
 async def test_a_programs_host_calls_come_back_to_the_sessions_policy() -> None:
     seen: list[str] = []
 
@@ -247,6 +249,7 @@ except Exception as exc:
     assert not await anyio.Path("/tmp/never").exists()
 
 
+@pytest.mark.slow
 async def test_the_session_budget_is_capped_at_the_ceilings() -> None:
     program = "import asyncio\nawait asyncio.gather(*(host.lookup(key=str(i)) for i in range(4)))"
     call = plane.Call(tool="run_program", arguments={"code": program})
@@ -275,6 +278,7 @@ async def test_the_session_budget_is_capped_at_the_ceilings() -> None:
         assert (r.is_error, r.data["value"]) == (False, "A")
 
 
+@pytest.mark.slow
 async def test_the_official_client_sees_the_capability_and_calls_the_tools() -> None:
     from mcp.client.session import ClientSession
     from mcp.client.stdio import StdioServerParameters, stdio_client
@@ -335,6 +339,7 @@ async def dialed(dials: Dials, warned: list[str]) -> AsyncIterator[plane.Remote]
         yield remote
 
 
+@pytest.mark.slow
 async def test_a_lost_connection_is_dialed_again_before_the_next_request() -> None:
     dials, warned = Dials(), list[str]()
     async with dialed(dials, warned) as remote:
@@ -347,6 +352,7 @@ async def test_a_lost_connection_is_dialed_again_before_the_next_request() -> No
         assert await server_pid(remote) == second, "the new connection is kept"
 
 
+@pytest.mark.slow
 async def test_a_call_in_flight_when_the_connection_goes_is_never_sent_again(
     tmp_path: Path,
 ) -> None:
@@ -370,6 +376,7 @@ async def test_a_call_in_flight_when_the_connection_goes_is_never_sent_again(
         assert marks.read_text().splitlines() == [str(first)]
 
 
+@pytest.mark.slow
 async def test_a_reading_cut_off_is_read_again_once_on_a_new_connection(tmp_path: Path) -> None:
     path = tmp_path / "target"
     readings = path.with_suffix(".readings")
@@ -394,6 +401,7 @@ async def test_a_reading_cut_off_is_read_again_once_on_a_new_connection(tmp_path
         assert dials.count == 2
 
 
+@pytest.mark.slow
 async def test_a_failed_dial_is_unreachable_and_the_next_request_dials_again() -> None:
     dials, warned = Dials(), list[str]()
     async with dialed(dials, warned) as remote:
@@ -409,6 +417,7 @@ async def test_a_failed_dial_is_unreachable_and_the_next_request_dials_again() -
         assert dials.count == 4
 
 
+@pytest.mark.slow
 async def test_a_server_restarted_as_another_executor_is_refused_for_good() -> None:
     dials, warned = Dials(), list[str]()
     async with dialed(dials, warned) as remote:
@@ -428,6 +437,7 @@ async def test_a_server_restarted_as_another_executor_is_refused_for_good() -> N
         assert any("changed" in w for w in warned)
 
 
+@pytest.mark.slow
 async def test_another_workspace_is_another_executor() -> None:
     dials, warned = Dials("--root", "/srv/one"), list[str]()
     async with dialed(dials, warned) as remote:
@@ -439,6 +449,7 @@ async def test_another_workspace_is_another_executor() -> None:
             await remote.call(plane.Call(tool="pid"))
 
 
+@pytest.mark.slow
 async def test_a_connection_made_by_connect_is_its_only_one() -> None:
     async with plane.Remote.connect(plane.stdio(serve_command())) as remote:
         first = await server_pid(remote)

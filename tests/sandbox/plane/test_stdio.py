@@ -116,6 +116,7 @@ MALFORMED = [
 
 
 @pytest.mark.parametrize(("line", "code", "rid", "says"), MALFORMED)
+@pytest.mark.slow
 async def test_a_malformed_line_gets_its_error_and_a_line_on_stderr(
     line: bytes, code: int, rid: int | None, says: str
 ) -> None:
@@ -146,6 +147,7 @@ async def test_a_program_too_large_for_a_frame_gets_a_result_that_names_the_limi
         assert "16 MiB" in result["content"][0]["text"]
 
 
+@pytest.mark.slow
 async def test_a_malformed_notification_is_logged_and_not_answered() -> None:
     async with stdio_peer() as peer:
         await peer.initialize()
@@ -156,6 +158,7 @@ async def test_a_malformed_notification_is_logged_and_not_answered() -> None:
         await until(lambda: "-32602" in peer.said(), 10)
 
 
+@pytest.mark.slow
 async def test_a_client_that_dies_mid_call_ends_the_server_quietly(tmp_path: Path) -> None:
     """The server learns that its client is gone when a write finds no reader: here the
     answer to a second call, while a program runs. It ends the session (the program's run
