@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import anyio
+import msgspec
 import pytest
 
 import sandbox
@@ -155,24 +156,64 @@ outcome
     assert result.value == [errno.EMFILE, True]
 
 
-def test_impossible_budgets_are_refused_when_built() -> None:
-    """Negative counts, zero or infinite times, tiny descriptor limits: a BudgetError each."""
-    for bad in (
-        {"wall_clock": 0},
-        {"wall_clock": float("inf")},
-        {"wall_clock": float("nan")},
-        {"max_calls": -1},
-        {"max_bytes": -5},
-        {"max_inflight": 0},
-        {"max_call_deadline": -1.0},
-        {"max_memory": 0},
-        {"max_cpu": 0},
-        {"max_output": -1},
-        {"max_open_files_per_process": 3},
-        {"max_processes": 0},
-    ):
-        with pytest.raises(BudgetError):
-            Budget(**bad)
+#: Every kind of impossible item, and the words its refusal has.
+_IMPOSSIBLE = [
+    ({"wall_clock": 0}, "positive"),
+    ({"wall_clock": -1}, "positive"),
+    ({"wall_clock": float("inf")}, "finite"),
+    ({"wall_clock": float("nan")}, "finite"),
+    ({"wall_clock": "30"}, "number of seconds, got '30' (str)"),
+    ({"wall_clock": True}, "number of seconds, got True (bool)"),
+    ({"wall_clock": 1e10}, "int64"),
+    ({"wall_clock": 1e-10}, "a nanosecond"),
+    ({"max_calls": -1}, ">= 0"),
+    ({"max_calls": 2.5}, "whole number, got 2.5 (float)"),
+    ({"max_calls": "3"}, "whole number, got '3' (str)"),
+    ({"max_calls": 2**63}, "int64"),
+    ({"max_bytes": -5}, ">= 0"),
+    ({"max_bytes": False}, "(bool)"),
+    ({"max_inflight": 0}, ">= 1"),
+    ({"max_inflight": None}, "always enforced"),
+    ({"max_call_deadline": -1.0}, "positive"),
+    ({"max_memory": 0}, ">= 1"),
+    ({"max_memory": 1.5e9}, "whole number, got 1500000000.0 (float)"),
+    ({"max_memory": 2**63}, "int64"),
+    ({"max_cpu": 0}, "positive"),
+    ({"max_cpu": 1e300}, "int64"),
+    ({"max_cpu": 10**400}, "finite"),
+    ({"max_output": -1}, ">= 0"),
+    ({"max_open_files_per_process": 3}, "the runner itself needs a few"),
+    ({"max_processes": 0}, ">= 1"),
+    ({"max_disk": 1.0}, "whole number"),
+]
+
+
+@pytest.mark.parametrize(("items", "says"), _IMPOSSIBLE, ids=repr)
+def test_impossible_budgets_are_refused_when_built(items: dict[str, object], says: str) -> None:
+    """Each impossible item (a bad type, a bad number, past what the wire carries) is a
+    BudgetError naming it."""
+    ((name, _),) = items.items()
+    with pytest.raises(BudgetError) as info:
+        Budget(**items)  # type: ignore[arg-type]
+    assert list(info.value.items) == [name]
+    assert says in info.value.items[name]
+    assert str(info.value).startswith(f"{name} ")
+
+
+def test_every_bad_item_is_named_in_one_error() -> None:
+    """A budget with several bad items is refused once, with a reason for each."""
+    with pytest.raises(BudgetError) as info:
+        Budget(wall_clock="x", max_calls=-1, max_disk=0)  # type: ignore[arg-type]
+    assert set(info.value.items) == {"wall_clock", "max_calls", "max_disk"}
+    assert all(name in str(info.value) for name in info.value.items)
+
+
+def test_a_budget_decoded_from_json_is_checked_the_same_way() -> None:
+    """A budget that comes as JSON (an MCP client's, say) meets the same checks."""
+    with pytest.raises(msgspec.ValidationError, match="max_calls must be >= 0"):
+        msgspec.json.decode(b'{"max_calls": -1}', type=Budget)
+    with pytest.raises(msgspec.ValidationError, match="max_memory"):
+        msgspec.json.decode(b'{"max_memory": 1.5}', type=Budget)
 
 
 async def test_an_item_the_level_cannot_enforce_is_refused_before_spawning(
