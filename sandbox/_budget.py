@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Container, Mapping
-from typing import Final, final
+from typing import Final, TypeVar, final
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -14,16 +14,24 @@ from runner import DEFAULT_DISK_BYTES
 
 from ._errors import BudgetError
 
-__all__ = ["DEFAULTS", "DEFAULT_OUTPUT_BYTES", "UNSET", "Budget", "given"]
+_T = TypeVar("_T")
 
-#: Default cap on each of stdout and stderr kept from a run: enough for any log a person
-#: reads, small enough that a program printing in a loop costs the host 1 MiB, not gigabytes.
-DEFAULT_OUTPUT_BYTES: Final = 1 << 20
+__all__ = ["DEFAULTS", "UNSET", "Budget", "given"]
 
-#: The safe default of each item that has one. An item left :data:`UNSET` takes its
-#: default wherever the level can enforce it on this host, and is not applied where it
+#: The safe default of each item that has one, and the only place each is written (the
+#: API, every command and its help text read them here). An item left :data:`UNSET` takes
+#: its default wherever the level can enforce it on this host, and is not applied where it
 #: cannot (:meth:`Budget.applied`); ``None`` lifts it explicitly.
 DEFAULTS: Final[Mapping[str, int | float]] = {
+    # Seconds the whole run may take: a program that runs longer than this has most likely
+    # hung (``in_process`` cannot enforce it, and does not apply it).
+    "wall_clock": 30.0,
+    # Tool calls in flight at once: the protocol's own default (invariant 4). It cannot be
+    # lifted, only changed.
+    "max_inflight": DEFAULT_MAX_INFLIGHT,
+    # Bytes kept of each of stdout and stderr: enough for any log a person reads, small
+    # enough that a program printing in a loop costs the host 1 MiB, not gigabytes.
+    "max_output": 1 << 20,
     # Processes and threads at once: room for thread pools and a few worker processes,
     # not for a fork bomb.
     "max_processes": 256,
@@ -36,6 +44,8 @@ DEFAULTS: Final[Mapping[str, int | float]] = {
 
 # -- validation: every item, once, when a Budget is made (or decoded) --
 
+#: Items every level enforces whatever their value (never "asked for" of a level).
+_ALWAYS_ENFORCED: Final = frozenset({"max_inflight", "max_output"})
 #: Items in seconds (an int or a float); every other item is a whole number.
 _SECONDS: Final = frozenset({"wall_clock", "max_call_deadline", "max_cpu"})
 #: The least value of each whole-number item, and why where it is not plain.
@@ -51,12 +61,7 @@ _LEAST: Final[Mapping[str, tuple[int, str]]] = {
     "max_disk": (1, ""),
 }
 #: Items that ``None`` does not lift, and why.
-_NOT_NONE: Final[Mapping[str, str]] = {
-    "max_calls": "0 means no limit",
-    "max_bytes": "0 means no limit",
-    "max_inflight": "the in-flight cap is always enforced",
-    "max_output": "give a number of bytes",
-}
+_NOT_NONE: Final[Mapping[str, str]] = {"max_inflight": "the in-flight cap is always enforced"}
 
 
 def _nanoseconds(seconds: float) -> int:
@@ -101,29 +106,37 @@ def _problem(name: str, value: object) -> str | None:
     return None
 
 
-def given(value: int | UnsetType | None) -> int | None:
+def given(value: _T | UnsetType | None) -> _T | None:
     """An applied item's limit: ``None`` for no limit (an item never left unset)."""
     return None if value is UNSET else value
 
 
 @final
 class Budget(msgspec.Struct, frozen=True, kw_only=True):
-    """Limits for one run. ``None`` (or 0 for counts) means "not asked for".
+    """Limits for one run. ``None`` means no limit, for every item; 0 means zero.
 
-    An item that is asked for and that the level cannot enforce on this host makes the run
-    refuse to start (:class:`~sandbox.BudgetUnsupported`): never silently ignored. An item
-    with a safe default (:data:`DEFAULTS`) is :data:`UNSET` until given: it then has its
-    default where the level can enforce it, and ``None`` lifts it.
+    An item is a value, ``None`` (no limit), or, for an item with a safe default
+    (:data:`DEFAULTS`), :data:`UNSET` until given: it then has its default where the level
+    can enforce it, and ``None`` lifts it. An item that is asked for and that the level
+    cannot enforce on this host makes the run refuse to start
+    (:class:`~sandbox.BudgetUnsupported`): never silently ignored.
+
+    Every item is checked once, when the budget is made (or decoded): its type, its value,
+    and that the wire can carry it (Go's int64). Seconds are numbers, every other item a
+    whole number.
 
     Attributes:
-        wall_clock: seconds the whole run may take; the child is killed at the limit.
-        max_calls: tool calls the program may make.
+        wall_clock: seconds the whole run may take; the child is killed at the limit. By
+            default 30 where the level can enforce it (not ``in_process``).
+        max_calls: tool calls the program may make (0: none at all).
         max_bytes: result bytes the program may receive from tools.
-        max_inflight: tool calls in flight at once (always enforced; default 64).
+        max_inflight: tool calls in flight at once: by default 64, always enforced (it
+            cannot be ``None``).
         max_call_deadline: seconds one tool call may take; the program may ask for less.
         max_memory: bytes of memory the program (all its processes) may use.
         max_cpu: seconds of CPU time the program may use.
-        max_output: bytes of stdout, and of stderr, kept; the rest is counted and dropped.
+        max_output: bytes of stdout, and of stderr, kept (by default 1 MiB); the rest is
+            counted and dropped.
         max_file_size: the largest file the program may write, in bytes.
         max_open_files_per_process: descriptors each process of the program may hold open
             (an rlimit: the kernel has no count of descriptors for a whole run, so a run of
@@ -139,14 +152,14 @@ class Budget(msgspec.Struct, frozen=True, kw_only=True):
             ``process`` cannot enforce it (the working directory is the host's).
     """
 
-    wall_clock: float | None = None
-    max_calls: int = 0
-    max_bytes: int = 0
-    max_inflight: int = DEFAULT_MAX_INFLIGHT
+    wall_clock: float | UnsetType | None = UNSET
+    max_calls: int | None = None
+    max_bytes: int | None = None
+    max_inflight: int | UnsetType = UNSET
     max_call_deadline: float | None = None
     max_memory: int | None = None
     max_cpu: float | None = None
-    max_output: int = DEFAULT_OUTPUT_BYTES
+    max_output: int | UnsetType | None = UNSET
     max_file_size: int | None = None
     max_open_files_per_process: int | None = None
     max_processes: int | UnsetType | None = UNSET
@@ -163,40 +176,43 @@ class Budget(msgspec.Struct, frozen=True, kw_only=True):
 
     def asked(self) -> list[str]:
         """The items that are asked for, by name (the ones a level must be able to enforce)."""
-        items = [
+        return [
             name
-            for name in (
-                "wall_clock",
-                "max_call_deadline",
-                "max_memory",
-                "max_cpu",
-                "max_file_size",
-                "max_open_files_per_process",
-                "max_processes",
-                "max_disk",
-            )
-            if getattr(self, name) not in (None, UNSET)
+            for name in self.__struct_fields__
+            if name not in _ALWAYS_ENFORCED
+            and (value := getattr(self, name)) is not None
+            and value is not UNSET
         ]
-        items.extend(name for name in ("max_calls", "max_bytes") if getattr(self, name))
-        return items
 
     def call_limits(self) -> CallLimits:
-        """The limits the parent's call server enforces (:class:`protocol.Server`)."""
+        """The limits the parent's call server enforces (:class:`protocol.Server`), from
+        this budget as a level applies it (an item still unset has its default: every
+        level enforces them)."""
+        b = self.applied(DEFAULTS)
+        assert not isinstance(b.max_inflight, UnsetType)
         return CallLimits(
-            max_calls=self.max_calls or None,
-            max_bytes=self.max_bytes or None,
-            max_inflight=self.max_inflight,
-            max_call_deadline=self.max_call_deadline,
+            max_calls=b.max_calls,
+            max_bytes=b.max_bytes,
+            max_inflight=b.max_inflight,
+            max_call_deadline=b.max_call_deadline,
         )
 
     def start_budget(self) -> StartBudget:
-        """What the Start frame tells the child of this budget: the one place where seconds
-        become the wire's nanoseconds. The wire writes "not asked for" as 0."""
+        """What the Start frame tells the child of this budget as a level applies it: the
+        one place where seconds become the wire's nanoseconds.
+
+        The wire writes "not asked for" as 0 (the seed's encoding), so it cannot tell a
+        budget of no calls (``max_calls=0``) from no limit: the child is told 0 either
+        way. That costs nothing: the parent counts and refuses the calls (invariant 3), and
+        the child is never trusted with its budget.
+        """
+        b = self.applied(DEFAULTS)
+        assert not isinstance(b.wall_clock, UnsetType)
         return StartBudget(
-            wall_clock=0 if self.wall_clock is None else _nanoseconds(self.wall_clock),
-            max_calls=self.max_calls,
-            max_bytes=self.max_bytes,
-            max_memory=self.max_memory or 0,
+            wall_clock=0 if b.wall_clock is None else _nanoseconds(b.wall_clock),
+            max_calls=b.max_calls or 0,
+            max_bytes=b.max_bytes or 0,
+            max_memory=b.max_memory or 0,
         )
 
     def applied(self, enforceable: Container[str]) -> Budget:

@@ -150,13 +150,10 @@ def budget_options(p: argparse.ArgumentParser, *, default_timeout: str) -> None:
 
 def budget_from(args: argparse.Namespace) -> Budget:
     """The budget the options say (raises BudgetError for an impossible one)."""
-    timeout = args.timeout
-    if timeout is None and args.level != Level.IN_PROCESS:
-        timeout = DEFAULT_TIMEOUT
     return Budget(
-        wall_clock=timeout,
-        max_calls=args.max_calls,
-        max_bytes=args.max_bytes,
+        wall_clock=UNSET if args.timeout is None else args.timeout,
+        max_calls=args.max_calls or None,
+        max_bytes=args.max_bytes or None,
         max_inflight=args.max_inflight,
         max_call_deadline=args.call_timeout,
         max_memory=args.max_memory,

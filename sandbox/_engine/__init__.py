@@ -15,6 +15,7 @@ from ._levels import (
     check_budget,
     confinement_gaps,
     unenforceable,
+    with_defaults,
 )
 from ._tools import Tool, Toolset, tool
 
@@ -30,4 +31,5 @@ __all__ = [
     "run_sync",
     "tool",
     "unenforceable",
+    "with_defaults",
 ]

@@ -16,6 +16,7 @@ __all__ = [
     "check_budget",
     "confinement_gaps",
     "unenforceable",
+    "with_defaults",
 ]
 
 
@@ -103,6 +104,12 @@ def applied_budget(level: Level, budget: Budget) -> Budget:
         BudgetUnsupported: naming each item asked for that the level cannot enforce.
     """
     check_budget(level, budget)
+    return with_defaults(level, budget)
+
+
+def with_defaults(level: Level, budget: Budget) -> Budget:
+    """``budget`` with each item left unset at its default where ``level`` can enforce it
+    here, and no limit where it cannot (nothing refused: see :func:`applied_budget`)."""
     gaps = unenforceable(level)
     return budget.applied({name for name in DEFAULTS if name not in gaps})
 

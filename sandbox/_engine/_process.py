@@ -74,9 +74,9 @@ _CPU_SLACK: Final = 0.02
 
 @dataclass
 class _Output:
-    """A capped capture of one output stream."""
+    """A capped capture of one output stream (``cap`` None: all of it)."""
 
-    cap: int
+    cap: int | None
     data: bytearray = field(default_factory=bytearray)
     total: int = 0
 
@@ -87,7 +87,7 @@ class _Output:
                 if not chunk:
                     return
                 self.total += len(chunk)
-                room = self.cap - len(self.data)
+                room = len(chunk) if self.cap is None else self.cap - len(self.data)
                 if room > 0:
                     self.data += chunk[:room]
 
@@ -238,7 +238,7 @@ class _Run:
     async def refused(self, reason: str, out_ch: FdChannel, err_ch: FdChannel) -> RunResult:
         """The result of a run whose child could not be made ready (no Start was sent)."""
         await self.end()
-        stderr = _Output(self.budget.max_output)
+        stderr = _Output(given(self.budget.max_output))
         with anyio.move_on_after(_GRACE):
             await stderr.drain(err_ch)
         confinement = self._exit_code() == RunnerExit.NOT_CONFINED
@@ -267,8 +267,8 @@ class _Run:
     ) -> RunResult:
         budget = self.budget
         server = Server(call_ch, toolset.handle, budget.call_limits())
-        stdout = _Output(budget.max_output)
-        stderr = _Output(budget.max_output)
+        stdout = _Output(given(budget.max_output))
+        stderr = _Output(given(budget.max_output))
         start = Start(
             v=VERSION,
             program=program,
@@ -308,7 +308,8 @@ class _Run:
             tg.start_soon(serve)
             if budget.max_cpu is not None and self._cpu_watched():
                 tg.start_soon(self.watch_cpu, budget.max_cpu, run_scope)
-            with run_scope, anyio.move_on_after(budget.wall_clock or math.inf) as wall:
+            wall_clock = given(budget.wall_clock)
+            with run_scope, anyio.move_on_after(wall_clock or math.inf) as wall:
                 try:
                     result = await Starter(start_ch).start(start)
                 except RemoteProtocolError as exc:
@@ -324,7 +325,7 @@ class _Run:
                 failure = (
                     Kind.LIMIT,
                     "wall_clock",
-                    f"wall-clock limit of {budget.wall_clock} s reached; the run was killed",
+                    f"wall-clock limit of {wall_clock} s reached; the run was killed",
                 )
                 if self.stack_wanted:
                     self.stack, self.stack_error = await python_stack(self._program_pid())

@@ -111,28 +111,26 @@ def flags_of(info: ToolInfo) -> ToolFlags:
 
 
 def cap_budget(asked: Budget | None, ceilings: Budget) -> Budget:
-    """A session's budget: each item as asked, capped at the ceiling; an item asked for
-    nothing (or more than the ceiling) is the ceiling."""
+    """A session's budget: each item as asked, capped at the ceiling.
+
+    Each item of either is a value, ``None`` (no limit) or unset (its default, where the
+    level applies it). An item asked for nothing, or asked to be lifted, is the ceiling; an
+    item with no ceiling is as asked; a ceiling left at its default caps the ask at that
+    default.
+    """
     if asked is None:
         return ceilings
 
     def least(f: str, a: Any, c: Any) -> Any:
-        if c is UNSET:  # the ceiling is the item's default, where the level applies it
-            return UNSET if a is None or a is UNSET else min(a, DEFAULTS[f])
-        if c is None or c == 0:  # no ceiling on this item: the session's ask stands
+        if c is None:  # no ceiling on this item: the session's ask stands
             return a
-        if a is None or a is UNSET or a == 0:
+        if a is None or a is UNSET:  # nothing asked, or more than any ceiling
             return c
-        return min(a, c)
+        return min(a, DEFAULTS[f] if c is UNSET else c)
 
-    items = {
-        f: least(f, getattr(asked, f), getattr(ceilings, f))
-        for f in Budget.__struct_fields__
-        if f not in ("max_inflight", "max_output")
-    }
-    items["max_inflight"] = min(asked.max_inflight, ceilings.max_inflight)
-    items["max_output"] = min(asked.max_output, ceilings.max_output)
-    return Budget(**items)
+    return Budget(
+        **{f: least(f, getattr(asked, f), getattr(ceilings, f)) for f in Budget.__struct_fields__}
+    )
 
 
 def check_server(raw: Any, listing: Sequence[ListedTool]) -> tuple[Capability, list[ToolInfo]]:

@@ -12,7 +12,7 @@ from protocol import CallError, Kind
 
 from .._budget import Budget
 from .._children import Pool, Spawn
-from .._engine import Level, run
+from .._engine import Level, run, with_defaults
 from .._engine import Tool as HostTool
 from .._model import (
     Annotations,
@@ -63,7 +63,7 @@ class ProgramTool:
 
     Args:
         level: the isolation level programs run at.
-        budget: each run's budget.
+        budget: each run's budget (by default at most 100 host calls, and the defaults).
         spawn: how children are made (see :func:`sandbox.run`).
         name: the tool's name.
     """
@@ -77,7 +77,7 @@ class ProgramTool:
         name: str = "run_program",
     ) -> None:
         self.level = Level(level)
-        self.budget = budget or Budget(wall_clock=30.0, max_calls=100)
+        self.budget = budget or Budget(max_calls=100)
         self.spawn = spawn
         self._name = name
         self._peers: tuple[ToolInfo, ...] = ()
@@ -97,9 +97,9 @@ class ProgramTool:
             lines.extend(
                 f"- host.{signature_of(p)}: {p.description.split(chr(10))[0]}" for p in self._peers
             )
-        b = self.budget
+        b = with_defaults(self.level, self.budget)
         limits = [f"wall clock {b.wall_clock} s"] if b.wall_clock else []
-        if b.max_calls:
+        if b.max_calls is not None:
             limits.append(f"at most {b.max_calls} host calls")
         if limits:
             lines.append("Limits: " + ", ".join(limits) + ".")

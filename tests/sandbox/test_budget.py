@@ -9,7 +9,19 @@ import msgspec
 import pytest
 
 import sandbox
-from sandbox import Budget, BudgetError, BudgetUnsupported, Kind, Level, Tool, ToolError
+from protocol import CallLimits, StartBudget
+from sandbox import (
+    DEFAULTS,
+    Budget,
+    BudgetError,
+    BudgetUnsupported,
+    Kind,
+    Level,
+    Tool,
+    ToolError,
+)
+from sandbox._budget import UNSET
+from sandbox._engine import applied_budget
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("spawn")]
 
@@ -59,6 +71,26 @@ async def test_max_calls_uncaught_fails_the_run_as_limit(level: Level) -> None:
     )
     assert (result.ok, result.kind) == (False, Kind.LIMIT)
     assert "quota" in result.error
+
+
+@levels
+async def test_max_calls_zero_allows_no_call(level: Level) -> None:
+    """Zero means zero: with max_calls=0 the first call already fails `limit`."""
+    result = await sandbox.run(
+        CATCHING.format(n=2), tools=[fetch], budget=Budget(max_calls=0), level=level
+    )
+    assert result.ok, result.error
+    assert result.value == ["limit", "limit"]
+    assert result.calls == 0
+
+
+@levels
+async def test_none_is_no_limit(level: Level) -> None:
+    """None lifts a quota: every call is answered."""
+    budget = Budget(max_calls=None, max_bytes=None)
+    result = await sandbox.run(CATCHING.format(n=20), tools=[fetch], budget=budget, level=level)
+    assert result.ok, result.error
+    assert result.value == ["ok"] * 20
 
 
 @levels
@@ -214,6 +246,45 @@ def test_a_budget_decoded_from_json_is_checked_the_same_way() -> None:
         msgspec.json.decode(b'{"max_calls": -1}', type=Budget)
     with pytest.raises(msgspec.ValidationError, match="max_memory"):
         msgspec.json.decode(b'{"max_memory": 1.5}', type=Budget)
+
+
+def test_each_default_applies_where_the_level_can_enforce_it() -> None:
+    """An item left unset takes its default (DEFAULTS) where the level can enforce it, and
+    no limit where it cannot; None lifts it; a value stays."""
+    assert Budget().wall_clock is UNSET
+    at_process = applied_budget(Level.PROCESS, Budget())
+    assert at_process.wall_clock == DEFAULTS["wall_clock"] == 30
+    assert at_process.max_inflight == DEFAULTS["max_inflight"] == 64
+    assert at_process.max_output == DEFAULTS["max_output"] == 1 << 20
+    assert applied_budget(Level.IN_PROCESS, Budget()).wall_clock is None
+    assert applied_budget(Level.PROCESS, Budget(wall_clock=None)).wall_clock is None
+    assert applied_budget(Level.PROCESS, Budget(wall_clock=5)).wall_clock == 5
+
+
+def test_the_wire_and_the_server_get_the_budget_in_their_own_terms() -> None:
+    """The Start's budget is in nanoseconds, 0 where nothing is asked; the server's limits
+    are None where there is no limit; an item left unset has its default in both."""
+    budget = Budget(wall_clock=1.5, max_calls=3, max_memory=1 << 30, max_call_deadline=2.0)
+    assert budget.start_budget() == StartBudget(
+        wall_clock=1_500_000_000, max_calls=3, max_bytes=0, max_memory=1 << 30
+    )
+    assert budget.call_limits() == CallLimits(
+        max_calls=3, max_bytes=None, max_inflight=64, max_call_deadline=2.0
+    )
+    assert Budget().start_budget() == StartBudget(wall_clock=30 * 10**9)
+    assert Budget(wall_clock=None).start_budget() == StartBudget()
+    assert Budget(max_inflight=2).call_limits() == CallLimits(max_inflight=2)
+
+
+async def test_max_output_none_keeps_all_of_it() -> None:
+    """max_output=None keeps every byte of stdout; by default, 1 MiB of it is kept."""
+    program = "import sys\nsys.stdout.write('x' * (2 << 20))\nNone"
+    whole = await sandbox.run(program, budget=Budget(max_output=None))
+    assert whole.ok, whole.error
+    assert (len(whole.stdout), whole.stdout_truncated) == (2 << 20, False)
+    capped = await sandbox.run(program)
+    assert (len(capped.stdout), capped.stdout_truncated) == (1 << 20, True)
+    assert capped.stdout_bytes == 2 << 20
 
 
 async def test_an_item_the_level_cannot_enforce_is_refused_before_spawning(
