@@ -70,8 +70,7 @@ async def run(
         if stack_on_timeout:
             raise ValueError("stack_on_timeout needs a child level (process or confined)")
         return await run_in_process(program, toolset, budget)
-    confined = level is Level.CONFINED
-    if confined:
+    if level is Level.CONFINED:
         gaps = confinement_gaps()
         if gaps:
             raise ConfinementUnavailable(gaps)
@@ -79,8 +78,8 @@ async def run(
         program,
         toolset,
         budget,
+        level,
         use_cgroups=cgroups_usable(),
-        confined=confined,
         spawn=spawn,
         stack_on_timeout=stack_on_timeout,
     )

@@ -56,6 +56,7 @@ from .._budget import Budget, given
 from .._children import CgroupSet, Child, Pool, Spawn, acquire, kill_tree, python_stack
 from .._errors import SpawnFailed
 from .._result import RunResult, program_failure
+from ._levels import Level
 from ._tools import Toolset
 
 __all__ = ["run_process"]
@@ -113,7 +114,7 @@ def _set_rlimits(pid: int, budget: Budget, *, cpu_watched: bool) -> None:
     resource.prlimit(pid, resource.RLIMIT_CORE, (0, 0))
 
 
-def _too_large(program: str, toolset: Toolset, level: str) -> RunResult | None:
+def _too_large(program: str, toolset: Toolset, level: Level) -> RunResult | None:
     """The refusal of a program (with its bindings) that no Start frame can hold, made
     before a child is: the program as JSON is a lower bound of the frame's size."""
     size = len(msgspec.json.encode(program)) + len(msgspec.json.encode(toolset.bindings()))
@@ -126,7 +127,7 @@ def _too_large(program: str, toolset: Toolset, level: str) -> RunResult | None:
         error=f"the program and its bindings are {size / (1 << 20):.1f} MiB as JSON, and a "
         f"Start frame holds at most {MAX_FRAME_BYTES >> 20} MiB (MAX_FRAME_BYTES): nothing "
         "was started",
-        level=level,
+        level=level.value,
     )
 
 
@@ -134,15 +135,15 @@ async def run_process(
     program: str,
     toolset: Toolset,
     budget: Budget,
+    level: Level,
     *,
     use_cgroups: bool,
-    confined: bool = False,
     spawn: Spawn | Pool = Spawn.ZYGOTE,
     stack_on_timeout: bool = False,
 ) -> RunResult:
     """Run ``program`` in a fresh child process under ``budget``. See the module docstring.
 
-    With ``confined``, the child puts up the confined level's walls (namespaces, the
+    At ``confined``, the child puts up the confined level's walls (namespaces, the
     filesystem view, Landlock, seccomp) before it reads its Start. With
     ``stack_on_timeout``, a run killed at its wall clock carries the program's Python stack
     (see :mod:`sandbox._stack`).
@@ -150,19 +151,22 @@ async def run_process(
     Raises:
         SpawnFailed: the child could not be started (nothing is left behind).
     """
-    too_large = _too_large(program, toolset, "confined" if confined else "process")
+    too_large = _too_large(program, toolset, level)
     if too_large is not None:
         return too_large
     t0 = time.perf_counter()
     child = await acquire(
-        spawn, confined=confined, use_cgroups=use_cgroups, disk_bytes=given(budget.max_disk)
+        spawn,
+        confined=level is Level.CONFINED,
+        use_cgroups=use_cgroups,
+        disk_bytes=given(budget.max_disk),
     )
     start_ch = FdChannel(*child.start_fds)
     call_ch = FdChannel(*child.call_fds)
     out_ch = FdChannel(child.out_fd, child.out_fd)
     err_ch = FdChannel(child.err_fd, child.err_fd)
     child.hand_over()
-    run = _Run(child, budget, t0, start_ch, "confined" if confined else "process")
+    run = _Run(child, budget, t0, start_ch, level)
     run.stack_wanted = stack_on_timeout
     try:
         not_ready = await child.wait_ready()
@@ -199,7 +203,7 @@ class _Run:
     """The state of one process-level run, from its child's request to its reaping."""
 
     def __init__(
-        self, child: Child, budget: Budget, t0: float, start_ch: FdChannel, level: str
+        self, child: Child, budget: Budget, t0: float, start_ch: FdChannel, level: Level
     ) -> None:
         self.level = level
         self.child = child
@@ -253,7 +257,7 @@ class _Run:
             wall_time=time.perf_counter() - self.t0,
             exit_code=self._exit_code(),
             signal=self._signal(),
-            level=self.level,
+            level=self.level.value,
         )
 
     async def drive(
@@ -367,7 +371,7 @@ class _Run:
             peak_memory=self.peak_memory,
             exit_code=self._exit_code(),
             signal=self._signal(),
-            level=self.level,
+            level=self.level.value,
             stack=self.stack,
             stack_error=self.stack_error,
         )
@@ -527,9 +531,9 @@ class _Run:
             if child.pid is not None and not await child.wait_exit(_GRACE if answered else 0):
                 # (PID 1 of a namespace takes from outside only the signals it handles:
                 # a confined runner goes straight to SIGKILL.)
-                if self.level != "confined":
+                if self.level is not Level.CONFINED:
                     self._signal_runner(signal.SIGTERM)
-                if self.level == "confined" or not await child.wait_exit(_GRACE):
+                if self.level is Level.CONFINED or not await child.wait_exit(_GRACE):
                     self._signal_runner(signal.SIGKILL)
                     await child.wait_exit(_CLEANUP_DEADLINE)
             # 3. Anything started while the runner was being stopped.
