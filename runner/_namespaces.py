@@ -463,17 +463,30 @@ def _ids(spec: ConfineSpec, *, privileged: bool) -> tuple[int, int, int, int]:
             id, or an unprivileged caller that names one.
     """
     for name in ("uid", "gid", "host_uid", "host_gid"):
-        value = getattr(spec, name)
-        if value is None and name.startswith("host_"):
-            continue
-        if type(value) is not int or not 0 <= value < 2**32 - 1:
-            raise ValueError(f"{name}: {value!r} is not an id")
-    if not privileged:
-        if spec.host_uid is not None or spec.host_gid is not None:
-            raise ValueError(
-                "host_uid, host_gid: only a root caller can run the program as another host id"
-            )
-        return spec.uid, spec.gid, os.geteuid(), os.getegid()
+        _check_id(name, getattr(spec, name))
+    if privileged:
+        return _root_callers_ids(spec)
+    if spec.host_uid is not None or spec.host_gid is not None:
+        raise ValueError(
+            "host_uid, host_gid: only a root caller can run the program as another host id"
+        )
+    return spec.uid, spec.gid, os.geteuid(), os.getegid()
+
+
+def _check_id(name: str, value: object) -> None:
+    """Raise if ``value``, the spec's field ``name``, is not an id (a host id may be None)."""
+    if value is None and name.startswith("host_"):
+        return
+    if type(value) is not int or not 0 <= value < 2**32 - 1:
+        raise ValueError(f"{name}: {value!r} is not an id")
+
+
+def _root_callers_ids(spec: ConfineSpec) -> tuple[int, int, int, int]:
+    """A root caller's program ids: the unprivileged host ids it names, inside as outside.
+
+    Raises:
+        ValueError: it names none, or names root.
+    """
     if spec.host_uid is None or spec.host_gid is None:
         raise ValueError(
             "host_uid, host_gid: a root caller must name the unprivileged host ids the "
@@ -502,50 +515,16 @@ def _plan(spec: ConfineSpec) -> _Plan:
     Raises:
         ValueError: the spec cannot be built here (what and why in the message).
     """
-    if not isinstance(spec.hostname, str) or not 0 < len(spec.hostname.encode()) <= 64:
-        raise ValueError(f"hostname: {spec.hostname!r} is not 1 to 64 bytes")
-    if "\0" in spec.hostname:
-        raise ValueError("hostname: contains a NUL")
+    _check_hostname(spec.hostname)
     privileged = os.geteuid() == 0
     uid, gid, host_uid, host_gid = _ids(spec, privileged=privileged)
-    disk_bytes, disk_files = spec.disk_bytes, spec.disk_files
-    if disk_bytes is not None and (type(disk_bytes) is not int or disk_bytes < 1):
-        raise ValueError(f"disk_bytes: {disk_bytes!r} is not a positive size")
-    if disk_files is None and disk_bytes is not None:
-        disk_files = default_disk_files(disk_bytes)
-    if disk_files is not None and (type(disk_files) is not int or disk_files < 1):
-        raise ValueError(f"disk_files: {disk_files!r} is not a positive count")
-    mounts: dict[str, _Mount] = {}
-    for raw in spec.read_only:
-        path = _check_path(raw, "read_only")
-        try:
-            info = os.lstat(path)
-        except OSError as exc:
-            raise ValueError(f"read_only: {path!r}: {exc.strerror}") from None
-        if path not in mounts:
-            is_link = stat.S_ISLNK(info.st_mode)
-            link = os.readlink(path) if is_link else None
-            mounts[path] = _Mount(path, stat.S_ISDIR(info.st_mode), link)
+    disk_bytes, disk_files = _disk(spec.disk_bytes, spec.disk_files)
+    mounts = _mounts(spec.read_only)
     workdir = None if spec.workdir is None else _check_workdir(spec.workdir, mounts)
-    taken = [*mounts, *([] if workdir is None else [workdir])]
-    stage = next(
-        (
-            candidate
-            for candidate in _STAGES
-            if os.path.isdir(candidate)
-            and not os.path.islink(candidate)
-            and not any(
-                _is_within(path, candidate) or _is_within(candidate, path) for path in taken
-            )
-        ),
-        None,
-    )
-    if stage is None:
-        raise ValueError(f"no directory to build the view on: every one of {_STAGES} is in use")
     ordered = sorted(mounts.values(), key=lambda mount: mount.path.split("/"))
     return _Plan(
         mounts=tuple(ordered),
-        stage=stage,
+        stage=_stage([*mounts, *([] if workdir is None else [workdir])]),
         workdir=workdir,
         hostname=spec.hostname,
         privileged=privileged,
@@ -555,6 +534,70 @@ def _plan(spec: ConfineSpec) -> _Plan:
         host_gid=host_gid,
         disk_bytes=disk_bytes or 0,
         disk_files=disk_files or 0,
+    )
+
+
+def _check_hostname(hostname: object) -> None:
+    """Raise if ``hostname`` is not what ``sethostname`` takes: 1 to 64 bytes, no NUL."""
+    if not isinstance(hostname, str) or not 0 < len(hostname.encode()) <= 64:
+        raise ValueError(f"hostname: {hostname!r} is not 1 to 64 bytes")
+    if "\0" in hostname:
+        raise ValueError("hostname: contains a NUL")
+
+
+def _disk(disk_bytes: int | None, disk_files: int | None) -> tuple[int | None, int | None]:
+    """The run's file system's size and files, checked (files by default from the size).
+
+    Raises:
+        ValueError: a size or a count that is not positive.
+    """
+    if disk_bytes is not None and (type(disk_bytes) is not int or disk_bytes < 1):
+        raise ValueError(f"disk_bytes: {disk_bytes!r} is not a positive size")
+    if disk_files is None and disk_bytes is not None:
+        disk_files = default_disk_files(disk_bytes)
+    if disk_files is not None and (type(disk_files) is not int or disk_files < 1):
+        raise ValueError(f"disk_files: {disk_files!r} is not a positive count")
+    return disk_bytes, disk_files
+
+
+def _mounts(read_only: Iterable[object]) -> dict[str, _Mount]:
+    """The read-only paths, checked and looked up on the host, each once, by path.
+
+    Raises:
+        ValueError: a path that cannot be bound or does not exist.
+    """
+    mounts: dict[str, _Mount] = {}
+    for raw in read_only:
+        path = _check_path(raw, "read_only")
+        try:
+            info = os.lstat(path)
+        except OSError as exc:
+            raise ValueError(f"read_only: {path!r}: {exc.strerror}") from None
+        if path not in mounts:
+            link = os.readlink(path) if stat.S_ISLNK(info.st_mode) else None
+            mounts[path] = _Mount(path, stat.S_ISDIR(info.st_mode), link)
+    return mounts
+
+
+def _stage(taken: list[str]) -> str:
+    """The first of :data:`_STAGES` that is a real directory and holds none of ``taken``
+    (nor lies within one).
+
+    Raises:
+        ValueError: there is none.
+    """
+    for candidate in _STAGES:
+        if _free_stage(candidate, taken):
+            return candidate
+    raise ValueError(f"no directory to build the view on: every one of {_STAGES} is in use")
+
+
+def _free_stage(candidate: str, taken: list[str]) -> bool:
+    """Whether the view can be staged on ``candidate``: a real directory, apart from ``taken``."""
+    return (
+        os.path.isdir(candidate)
+        and not os.path.islink(candidate)
+        and not any(_is_within(path, candidate) or _is_within(candidate, path) for path in taken)
     )
 
 
