@@ -33,7 +33,7 @@ from ..agent import (
     Verdict,
 )
 from ..agent.parts import CompactionResult, FillCheck, VerifyResult
-from ._options import DEFAULT_TIMEOUT, budget_from, budget_options, level_option, tool_objects
+from ._options import budget_from, budget_options, level_option, tool_objects, tools_option
 
 __all__ = ["add_agent_parser", "agent", "read_trajectory"]
 
@@ -202,7 +202,8 @@ def add_agent_parser(sub: Any) -> None:
     a.add_argument("--context-tokens", type=int, default=32768, help="the model's context window")
     a.add_argument("--output-tokens", type=int, default=4096, help="the most a response may be")
     level_option(a, default=Level.CONFINED, child_levels_only=True)
-    budget_options(a, default_timeout=f"per program; default: {DEFAULT_TIMEOUT:g}")
+    tools_option(a)
+    budget_options(a)
     a.add_argument("--deny", action="append", default=[], metavar="TOOL", help="refuse TOOL")
     a.add_argument("--approve", action="store_true", help="ask before every tool call")
     a.add_argument("--trajectory", type=Path, help="write the steps here as JSONL")

@@ -21,12 +21,12 @@ from .._engine import Level, Tool, Toolset, run_sync
 from .._errors import SandboxError
 from .._text import printable, printable_json
 from ._options import (
-    DEFAULT_TIMEOUT,
     budget_from,
     budget_options,
     level_option,
     spawn_option,
     tool_objects,
+    tools_option,
 )
 
 __all__ = ["main"]
@@ -49,11 +49,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     r.add_argument("program", help="the program file, or - for standard input")
     level_option(r, default=Level.PROCESS, child_levels_only=False)
-    budget_options(
-        r,
-        default_timeout=f"default: {DEFAULT_TIMEOUT:g} at the process level; "
-        "in_process cannot enforce one",
-    )
+    tools_option(r)
     spawn_option(r)
     r.add_argument(
         "--stack-on-timeout",
@@ -61,6 +57,7 @@ def _parser() -> argparse.ArgumentParser:
         help="if the wall clock ends the run, print the program's Python stack (py-spy)",
     )
     r.add_argument("--json", action="store_true", help="print the whole RunResult as JSON")
+    budget_options(r)
     sub.add_parser(
         "bench",
         help="run the isolation-overhead study (a source checkout's benchmarks/study.py)",

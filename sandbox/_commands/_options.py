@@ -7,26 +7,31 @@ import argparse
 import importlib
 import importlib.util
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Final
 
-from msgspec import UNSET, UnsetType
+from msgspec import UNSET
 
-from .._budget import Budget
+from .._budget import DEFAULTS, Budget
 from .._children import Spawn
 from .._engine import Level
 from .._errors import SandboxError
 
 __all__ = [
-    "DEFAULT_TIMEOUT",
+    "BUDGET_OPTIONS",
+    "BudgetOption",
     "budget_from",
     "budget_options",
+    "count",
     "level_option",
+    "seconds",
     "size",
     "spawn_option",
     "tool_objects",
+    "tools_option",
 ]
 
 
@@ -52,10 +57,6 @@ def spawn_option(p: argparse.ArgumentParser) -> None:
     )
 
 
-#: A program that runs longer than this on the command line has most likely hung.
-DEFAULT_TIMEOUT = 30.0
-
-
 def size(text: str) -> int:
     """A byte count: 1000, 64k, 256M, 1G (binary multiples)."""
     units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
@@ -66,6 +67,75 @@ def size(text: str) -> int:
         return int(t)
     except (ValueError, OverflowError):  # not a number; inf or nan
         raise argparse.ArgumentTypeError(f"not a size: {text!r} (try 1000, 64k, 256M)") from None
+
+
+def count(text: str) -> int:
+    """A whole number."""
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+
+
+def seconds(text: str) -> float:
+    """A number of seconds: 30, 0.5."""
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+
+
+@dataclass(frozen=True)
+class BudgetOption:
+    """One budget item's option: its flag, the :class:`~sandbox.Budget` item it sets, how
+    its value is read, and what it means."""
+
+    flag: str
+    item: str
+    metavar: str
+    parse: Callable[[str], float]
+    help: str
+    #: Whether ``none`` may lift it (said in the help; the Budget refuses it otherwise).
+    liftable: bool = True
+
+
+#: The budget's options, one per item of :class:`~sandbox.Budget`, the same for every
+#: command that runs programs (``run``, ``serve``, ``agent``).
+BUDGET_OPTIONS: Final = (
+    BudgetOption("--timeout", "wall_clock", "S", seconds, "seconds the whole run may take"),
+    BudgetOption("--max-calls", "max_calls", "N", count, "tool calls the program may make"),
+    BudgetOption("--max-bytes", "max_bytes", "SIZE", size, "result bytes it may receive"),
+    BudgetOption(
+        "--max-inflight",
+        "max_inflight",
+        "N",
+        count,
+        "tool calls in flight at once, always capped",
+        liftable=False,
+    ),
+    BudgetOption(
+        "--call-timeout", "max_call_deadline", "S", seconds, "seconds one tool call may take"
+    ),
+    BudgetOption("--max-memory", "max_memory", "SIZE", size, "memory, e.g. 256M"),
+    BudgetOption("--max-cpu", "max_cpu", "S", seconds, "CPU seconds"),
+    BudgetOption("--max-output", "max_output", "SIZE", size, "stdout and stderr kept, each"),
+    BudgetOption("--max-file-size", "max_file_size", "SIZE", size, "the largest file it may write"),
+    BudgetOption(
+        "--max-open-files",
+        "max_open_files_per_process",
+        "N",
+        count,
+        "descriptors each of its processes may hold open",
+    ),
+    BudgetOption("--max-processes", "max_processes", "N", count, "processes and threads at once"),
+    BudgetOption(
+        "--max-disk",
+        "max_disk",
+        "SIZE",
+        size,
+        "bytes of files, and a file per 16k of them (confined only)",
+    ),
+)
 
 
 def _import_tools(name: str) -> ModuleType:
@@ -113,32 +183,8 @@ def tool_objects(names: Sequence[str]) -> list[Any]:
     return found
 
 
-def budget_options(p: argparse.ArgumentParser, *, default_timeout: str) -> None:
-    """The budget's options, shared by ``run`` and ``serve``."""
-    p.add_argument(
-        "--timeout", type=float, default=None, help=f"wall clock, seconds ({default_timeout})"
-    )
-    p.add_argument("--max-calls", type=int, default=0, help="tool calls allowed (0: no limit)")
-    p.add_argument("--max-bytes", type=size, default=0, help="result bytes allowed (0: no limit)")
-    p.add_argument("--max-inflight", type=int, default=64, help="tool calls in flight at once")
-    p.add_argument("--call-timeout", type=float, default=None, help="seconds one call may take")
-    p.add_argument("--max-memory", type=size, default=None, help="memory, e.g. 256M")
-    p.add_argument("--max-cpu", type=float, default=None, help="CPU seconds")
-    p.add_argument(
-        "--max-processes",
-        type=int,
-        default=None,
-        help="processes and threads at once (default: 256 where the level can enforce it; "
-        "0: no limit)",
-    )
-    p.add_argument(
-        "--max-disk",
-        type=size,
-        default=None,
-        help="bytes of files, e.g. 256M, and a file per 16k of them (confined; default: 64M; "
-        "0: no limit but memory)",
-    )
-    p.add_argument("--max-output", type=size, default=1 << 20, help="stdout/stderr kept, each")
+def tools_option(p: argparse.ArgumentParser) -> None:
+    """``--tools``: modules whose tools the programs may call."""
     p.add_argument(
         "--tools",
         action="append",
@@ -148,24 +194,46 @@ def budget_options(p: argparse.ArgumentParser, *, default_timeout: str) -> None:
     )
 
 
-def budget_from(args: argparse.Namespace) -> Budget:
-    """The budget the options say (raises BudgetError for an impossible one)."""
-    return Budget(
-        wall_clock=UNSET if args.timeout is None else args.timeout,
-        max_calls=args.max_calls or None,
-        max_bytes=args.max_bytes or None,
-        max_inflight=args.max_inflight,
-        max_call_deadline=args.call_timeout,
-        max_memory=args.max_memory,
-        max_cpu=args.max_cpu,
-        max_processes=_lifted_at_zero(args.max_processes),
-        max_disk=_lifted_at_zero(args.max_disk),
-        max_output=args.max_output,
+def budget_options(p: argparse.ArgumentParser) -> None:
+    """The budget's options, one per item of :data:`BUDGET_OPTIONS`, each with its default
+    (from :data:`sandbox.DEFAULTS`) in its help."""
+    group = p.add_argument_group(
+        "budget",
+        "Each item takes a value, or 'none' for no limit; 0 means zero. An item not given "
+        "has its default where the level can enforce it, and no limit otherwise.",
     )
+    for option in BUDGET_OPTIONS:
+        group.add_argument(
+            option.flag,
+            dest=option.item,
+            type=_or_none(option.parse),
+            default=UNSET,
+            metavar=f"{option.metavar}|none" if option.liftable else option.metavar,
+            help=f"{option.help} (default: {_default_of(option)})",
+        )
 
 
-def _lifted_at_zero(value: int | None) -> int | UnsetType | None:
-    """An option whose default is the budget's own (unset), and whose 0 lifts the limit."""
-    if value is None:
-        return UNSET
-    return None if value == 0 else value
+def budget_from(args: argparse.Namespace) -> Budget:
+    """The budget the options say: only the items given (raises BudgetError for an
+    impossible one)."""
+    given = {o.item: getattr(args, o.item) for o in BUDGET_OPTIONS}
+    return Budget(**{item: value for item, value in given.items() if value is not UNSET})
+
+
+def _or_none(parse: Callable[[str], float]) -> Callable[[str], float | None]:
+    def parse_or_none(text: str) -> float | None:
+        return None if text.strip().lower() == "none" else parse(text)
+
+    parse_or_none.__name__ = parse.__name__  # argparse names the type in its errors
+    return parse_or_none
+
+
+def _default_of(option: BudgetOption) -> str:
+    default = DEFAULTS.get(option.item)
+    if default is None:
+        return "no limit"
+    if option.metavar == "SIZE":
+        for shift, unit in ((30, "G"), (20, "M"), (10, "k")):
+            if default >= 1 << shift and default % (1 << shift) == 0:
+                return f"{int(default) >> shift}{unit}"
+    return f"{default:g}"

@@ -16,12 +16,12 @@ from .._engine import Tool as HostTool
 from .._errors import ConfinementUnavailable, SandboxError
 from ..plane import Descriptor, ProgramTool, Tool
 from ._options import (
-    DEFAULT_TIMEOUT,
     budget_from,
     budget_options,
     level_option,
     spawn_option,
     tool_objects,
+    tools_option,
 )
 
 __all__ = ["add_serve_parser", "serve", "tools_from"]
@@ -42,7 +42,7 @@ def add_serve_parser(sub: Any) -> None:
         "(--oauth-issuer, --oauth-jwks).",
     )
     level_option(s, default=Level.CONFINED, child_levels_only=True)
-    budget_options(s, default_timeout=f"a ceiling; default: {DEFAULT_TIMEOUT:g}")
+    tools_option(s)
     spawn_option(s)
     s.add_argument("--no-program", action="store_true", help="serve the --tools tools only")
     s.add_argument(
@@ -121,6 +121,7 @@ def add_serve_parser(sub: Any) -> None:
     s.add_argument("--kind", default="host", help="the workspace's kind, as sessions record it")
     s.add_argument("--ref", default="", help="which workspace (default: this host's name)")
     s.add_argument("--root", default="", help="the workspace's root (default: the current one)")
+    budget_options(s)
 
 
 def tools_from(found: Sequence[Any]) -> list[Tool]:

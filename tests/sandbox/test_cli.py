@@ -14,6 +14,8 @@ import pytest
 import sandbox
 from examples import tools as example_tools
 from sandbox import Budget, RunResult
+from sandbox._commands._main import _parser, main
+from sandbox._commands._options import BUDGET_OPTIONS, budget_from
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 TOOLS_PY = ROOT / "examples" / "tools.py"
@@ -30,6 +32,9 @@ RUN_OPTIONS = (
     "--max-cpu",
     "--max-processes",
     "--max-output",
+    "--max-file-size",
+    "--max-open-files",
+    "--max-disk",
     "--tools",
     "--spawn",
     "--stack-on-timeout",
@@ -86,6 +91,44 @@ def test_run_help_mentions_every_option() -> None:
     for level in sandbox.Level:
         assert level.value in proc.stdout
     assert "Exit codes" in proc.stdout
+
+
+def test_every_budget_item_has_one_option_the_same_in_every_command() -> None:
+    """The budget's options come from one table, one option per Budget item, and make the
+    same Budget in ``run``, ``serve`` and ``agent``: the items given, and no other."""
+    assert sorted(o.item for o in BUDGET_OPTIONS) == sorted(Budget.__struct_fields__)
+    given = ["--timeout", "none", "--max-calls", "0", "--max-output", "64k", "--max-cpu", "2.5"]
+    expected = Budget(wall_clock=None, max_calls=0, max_output=64 << 10, max_cpu=2.5)
+    for command in (["run", "p.py"], ["serve"], ["agent", "--model", "m", "task"]):
+        assert budget_from(_parser().parse_args(command)) == Budget(), command
+        assert budget_from(_parser().parse_args([*command, *given])) == expected, command
+
+
+def test_run_help_shows_each_default_and_how_to_lift_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``run --help`` says that ``none`` lifts an item, and shows the defaults of
+    sandbox.DEFAULTS."""
+    with pytest.raises(SystemExit) as info:
+        main(["run", "--help"])
+    assert info.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "'none' for no limit; 0 means zero" in text
+    assert f"seconds the whole run may take (default: {sandbox.DEFAULTS['wall_clock']:g})" in text
+    assert "in flight at once, always capped (default: 64)" in text
+    assert "stdout and stderr kept, each (default: 1M)" in text
+    assert "tool calls the program may make (default: no limit)" in text
+
+
+def test_max_calls_none_lifts_and_zero_allows_none(tmp_path: Path) -> None:
+    """``--max-calls none`` is no limit; ``--max-calls 0`` allows no call at all (exit 3)."""
+    program = program_file(tmp_path, FIVE_CALLS + "'done'\n")
+    lifted = cli("run", program, "--tools", TOOLS_PY, "--max-calls", "none")
+    assert lifted.returncode == 0, lifted.stderr
+    assert sandbox_lines(lifted.stderr)[-1].startswith("sandbox: 5 calls")
+    zero = cli("run", program, "--tools", TOOLS_PY, "--max-calls", "0")
+    assert zero.returncode == 3, zero.stderr
+    assert sandbox_lines(zero.stderr)[-1].startswith("sandbox: 0 calls")
 
 
 def test_success_prints_the_value_as_json(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ SERVED = str(Path(__file__).parent / "served.py")
         (["--http", "127.0.0.1:99999"], "HOST:PORT"),
         (["--tools", "/nonexistent/tools.py"], "cannot load tools module"),
         (["--max-calls", "-1"], "max_calls"),
+        (["--max-inflight", "none"], "the in-flight cap is always enforced"),
         (["--http", "127.0.0.1:0", "--idle", "0"], "idle"),
         # Whoever reaches the port runs code: not loopback, not without a token.
         (["--http", "203.0.113.7:0"], "needs a bearer token or OAuth"),
