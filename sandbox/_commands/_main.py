@@ -195,6 +195,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         from ._agent import agent
 
         return agent(args)
+    if args.stack_on_timeout and args.level == Level.IN_PROCESS:
+        # As the API refuses it (ValueError): in_process has no wall clock to kill at.
+        print(
+            "sandbox run: error: --stack-on-timeout needs a child level (process or "
+            "confined), not in_process",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     if args.program == "-":
         source = sys.stdin.read()
     else:
@@ -206,14 +214,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         budget = budget_from(args)
         toolset = Toolset(_load_tools(args.tools))
-        stack = args.stack_on_timeout and args.level != Level.IN_PROCESS
         result = run_sync(
             source,
             tools=toolset,
             budget=budget,
             level=args.level,
             spawn=args.spawn,
-            stack_on_timeout=stack,
+            stack_on_timeout=args.stack_on_timeout,
         )
     except (SandboxError, ValueError) as exc:
         print(f"sandbox: {exc}", file=sys.stderr)

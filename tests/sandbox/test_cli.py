@@ -499,3 +499,15 @@ def test_bench_passes_its_arguments_to_the_study() -> None:
     proc = cli("bench", "--help-study")
     assert proc.returncode == 0, proc.stderr
     assert "--quick" in proc.stdout
+
+
+def test_stack_on_timeout_in_process_is_bad_usage(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--stack-on-timeout`` at ``in_process`` is refused as ``sandbox.run`` refuses it
+    (a ValueError there): bad usage, exit 2, before anything runs."""
+    program = program_file(tmp_path, "print('ran')")
+    assert main(["run", str(program), "--level", "in_process", "--stack-on-timeout"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert "--stack-on-timeout needs a child level (process or confined)" in err
