@@ -12,10 +12,13 @@ stays), and with 20 examples of each property instead of 200.
 from __future__ import annotations
 
 import os
+from collections.abc import Generator
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+from tests.host import HOST_CANNOT, REQUIRE_CONFINED
 
 # The machine is small and shared: Hypothesis must not fail a test because one example
 # was slow, and CI runs a fixed, moderate number of examples.
@@ -76,3 +79,18 @@ def _value_id(value: object) -> str:
     if isinstance(value, tuple):  # the anyio_backend parameter: (name, options)
         return str(value[0])
     return str(getattr(value, "value", value))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Where ``SANDBOX_REQUIRE_CONFINED=1`` (CI), a test skipped because this host cannot
+    confine, or has no cgroups (:mod:`tests.host`), fails instead."""
+    report = yield
+    if REQUIRE_CONFINED and report.skipped and isinstance(report.longrepr, tuple):
+        reason = str(report.longrepr[2])
+        if reason.removeprefix("Skipped: ").startswith(HOST_CANNOT):
+            report.outcome = "failed"
+            report.longrepr = f"SANDBOX_REQUIRE_CONFINED=1, and {reason}"
+    return report

@@ -39,6 +39,7 @@ import pytest
 
 from runner._namespaces import ConfineSpec, _plan, probe, python_read_only
 from sandbox._children import _uid
+from tests.host import skip_because_host_cannot
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="namespaces are Linux's"
@@ -90,7 +91,8 @@ def namespaces() -> None:
     """Skip, with the probe's reasons, where the host cannot create the namespaces."""
     reasons = {name: why for name, why in probe().items() if why is not None}
     if reasons:
-        pytest.skip("; ".join(f"{name} namespace: {why}" for name, why in reasons.items()))
+        why = "; ".join(f"{name} namespace: {why}" for name, why in reasons.items())
+        skip_because_host_cannot(f"make namespaces: {why}")
 
 
 @dataclass

@@ -27,12 +27,13 @@ from pathlib import Path
 import pytest
 
 from runner import _seccomp
+from tests.host import skipif_host_cannot
 
 from .helpers import MSGSPEC_DIR, ROOT
 
 _UNSUPPORTED = _seccomp.supported()
-needs_seccomp = pytest.mark.skipif(
-    _UNSUPPORTED is not None, reason=f"seccomp filters unavailable on this host: {_UNSUPPORTED}"
+needs_seccomp = skipif_host_cannot(
+    _UNSUPPORTED is not None, f"filter system calls with seccomp: {_UNSUPPORTED}"
 )
 HOST_ARCH = os.uname().machine
 TIMEOUT = 60

@@ -26,14 +26,12 @@ import sandbox
 from sandbox import Budget, Kind, Level, RunResult
 from sandbox._children import _supervisor, _uid
 from tests.executables import EXIT_CODE, euid_probe, exit_probe, needs_x86_64
+from tests.host import needs_confinement
 
 pytestmark = [
     pytest.mark.anyio,
     pytest.mark.usefixtures("spawn"),
-    pytest.mark.skipif(
-        bool(sandbox.confinement_gaps()),
-        reason=f"confined level unavailable here: {sandbox.confinement_gaps()}",
-    ),
+    needs_confinement(),
 ]
 
 BOTH = pytest.mark.parametrize("level", [Level.PROCESS, Level.CONFINED])

@@ -10,19 +10,11 @@ import pytest
 
 import sandbox
 from sandbox import Budget, Kind, Level
+from tests.host import child_levels
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("spawn")]
 
-LEVELS = [
-    Level.IN_PROCESS,
-    Level.PROCESS,
-    pytest.param(
-        Level.CONFINED,
-        marks=pytest.mark.skipif(
-            bool(sandbox.confinement_gaps()), reason="the confined level is unavailable here"
-        ),
-    ),
-]
+LEVELS = [Level.IN_PROCESS, *child_levels()]
 
 
 @pytest.mark.parametrize("level", LEVELS)

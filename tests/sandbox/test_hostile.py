@@ -12,6 +12,7 @@ import sandbox
 from sandbox import Budget, Kind, Level, RunResult
 from sandbox._children import _reaper
 from sandbox._engine import _levels
+from tests.host import needs_enforcing, skip_because_host_cannot
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("spawn")]
 
@@ -27,7 +28,7 @@ def level(request: pytest.FixtureRequest) -> Level:
     """Every hostile program is run at each level that runs it in a child process."""
     lv: Level = request.param
     if lv is Level.CONFINED and sandbox.confinement_gaps():
-        pytest.skip(f"confined level unavailable here: {sandbox.confinement_gaps()}")
+        skip_because_host_cannot(f"confine: {sandbox.confinement_gaps()}")
     return lv
 
 
@@ -62,10 +63,7 @@ async def run_past_the_wall_clock(name: str, level: Level) -> None:
     assert WALL_CLOCK <= result.wall_time <= elapsed < WALL_CLOCK + LATE
 
 
-needs_cgroups = pytest.mark.skipif(
-    "max_processes" in sandbox.unenforceable(Level.PROCESS),
-    reason=sandbox.unenforceable(Level.PROCESS).get("max_processes", ""),
-)
+needs_cgroups = needs_enforcing("max_processes")
 
 
 @needs_cgroups
@@ -152,10 +150,7 @@ async def test_floods_stdout(level: Level) -> None:
     assert result.stdout_bytes == 64 << 20
 
 
-@pytest.mark.skipif(
-    "max_memory" in sandbox.unenforceable(Level.PROCESS),
-    reason=sandbox.unenforceable(Level.PROCESS).get("max_memory", ""),
-)
+@needs_enforcing("max_memory")
 async def test_allocates_past_the_memory_limit(level: Level) -> None:
     """An allocation past max_memory fails the run with `limit`, and memory is named."""
     result = await run_hostile("allocates_past_limit", level, wall_clock=30.0, max_memory=128 << 20)
@@ -241,7 +236,9 @@ async def test_cpu_limit_holds_for_the_whole_run(level: Level, program: str, lim
     included: the run is ended with `limit`, cause cpu, having used the limit and at most
     0.1 s more (the CPU measured, not only the cause)."""
     if not _cpuacct():
-        pytest.skip("no cpuacct cgroup hierarchy here: max_cpu is per process")
+        skip_because_host_cannot(
+            "watch a run's CPU time: no cpuacct cgroup (max_cpu is per process)"
+        )
     result = await sandbox.run(program, budget=Budget(wall_clock=30.0, max_cpu=limit), level=level)
     assert (result.kind, result.cause) == (Kind.LIMIT, "cpu"), result.error
     assert result.cpu_time is not None

@@ -12,6 +12,7 @@ import sandbox
 from protocol import MAX_FRAME_BYTES, Kind
 from sandbox._commands._main import main
 from sandbox._engine import _process
+from tests.host import skip_because_host_cannot
 
 #: A program whose JSON in the Start frame is over the cap by a little.
 TOO_LARGE = "x = 1\n#" + "a" * MAX_FRAME_BYTES + "\nx"
@@ -28,7 +29,7 @@ async def test_a_program_over_the_frame_cap_is_refused_before_a_child_is_made(
 ) -> None:
     monkeypatch.setattr(_process, "acquire", _no_spawn)
     if level == "confined" and sandbox._engine._levels.confinement_gaps():
-        pytest.skip("no confined level on this host")
+        skip_because_host_cannot(f"confine: {sandbox.confinement_gaps()}")
     result = await sandbox.run(TOO_LARGE, level=level)
     assert not result.ok
     assert (result.kind, result.cause) == (Kind.INVALID, "protocol"), result.error

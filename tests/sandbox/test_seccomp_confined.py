@@ -29,6 +29,7 @@ import pytest
 import sandbox
 from runner import _seccomp
 from sandbox import Budget, Level, RunResult
+from tests.host import needs_confinement
 from tests.runner.test_seccomp import (
     AUDIT_ARCH,
     CHECK_CASES,
@@ -44,10 +45,7 @@ HOST_ARCH = _seccomp._ALIASES.get(os.uname().machine, os.uname().machine)
 pytestmark = [
     pytest.mark.anyio,
     pytest.mark.usefixtures("spawn"),
-    pytest.mark.skipif(
-        bool(sandbox.confinement_gaps()),
-        reason=f"confined level unavailable here: {sandbox.confinement_gaps()}",
-    ),
+    needs_confinement(),
     pytest.mark.skipif(
         HOST_ARCH not in _seccomp.ARCHITECTURES, reason=f"no syscall tables for {HOST_ARCH}"
     ),

@@ -7,10 +7,11 @@ import pytest
 import sandbox
 from sandbox import Budget, Level
 from sandbox._children import _stack
+from tests.host import child_levels
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("spawn")]
 
-CHILD_LEVELS = [Level.PROCESS] + ([] if sandbox.confinement_gaps() else [Level.CONFINED])
+CHILD_LEVELS = child_levels()
 STUCK = "def stuck_here():\n    while True:\n        pass\n\nstuck_here()\n"
 
 

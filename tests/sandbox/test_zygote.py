@@ -20,12 +20,13 @@ import sandbox
 from sandbox import Budget, Level, Pool, Spawn
 from sandbox._children import _supervisor
 from sandbox._children._reaper import _CONTROLLERS, _base
+from tests.host import child_levels
 
 from .conftest import run_processes
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("spawn")]
 
-CHILD_LEVELS = [Level.PROCESS] + ([] if sandbox.confinement_gaps() else [Level.CONFINED])
+CHILD_LEVELS = child_levels()
 
 #: A program that tells whether its process ran a program before, and which process it is.
 REUSED = (

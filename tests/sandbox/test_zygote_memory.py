@@ -21,10 +21,11 @@ from protocol import CGROUP_PREFIX
 from sandbox import Budget, Level, Spawn, Tool
 from sandbox._children import _supervisor
 from sandbox._children._reaper import _CONTROLLERS, _base
+from tests.host import child_levels
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("spawn")]
 
-LEVELS = [Level.PROCESS] + ([] if sandbox.confinement_gaps() else [Level.CONFINED])
+LEVELS = child_levels()
 
 #: The walk: from every root a program has (its stack, ``gc.get_objects()`` after
 #: ``gc.unfreeze()``, so with the zygote's frozen objects, every module,

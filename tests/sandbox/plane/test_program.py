@@ -8,7 +8,8 @@ import pytest
 
 import sandbox
 from protocol import MAX_FRAME_BYTES, Kind
-from sandbox import Budget, confinement_gaps, plane
+from sandbox import Budget, plane
+from tests.host import needs_confinement
 
 pytestmark = pytest.mark.anyio
 
@@ -127,7 +128,7 @@ async def test_a_program_call_says_what_it_would_touch_at_its_level() -> None:
         await confined.facts(plane.Call(tool="run_program", arguments={"nope": 1}))
 
 
-@pytest.mark.skipif(bool(confinement_gaps()), reason="this host cannot confine")
+@needs_confinement()
 async def test_a_confined_program_calls_host_tools_through_the_policy() -> None:
     ex = executor("confined")
     s = await plane.Set.bind(ex, policy=no_writes)
