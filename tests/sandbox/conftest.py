@@ -3,6 +3,7 @@ that ask for ``spawn`` run once per way of making a child (cold, zygote, pool)."
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import time
@@ -41,25 +42,24 @@ def spawn(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> It
 
 
 def run_processes() -> list[psutil.Process]:
-    """Live descendants of this process but the zygote and its keeper: the runs' processes.
+    """Live (or unreaped) processes of this host's runs: every descendant of its zygotes'
+    keepers but the zygotes and keepers themselves and a pool's idle children; and any
+    descendant of this process that runs the runner (another host's zygote, say).
 
-    Everything a run starts stays under the zygote (the runner and the zygote are both
-    subreapers), so nothing of this host's runs can hide outside this tree, and nothing of
-    another host's runs (another test process, a benchmark) is counted.
+    Everything a run starts stays under the keeper (the runner and the zygote are both
+    subreapers, and the keeper takes what a dead zygote leaves), whatever it executes, so
+    nothing of this host's runs can hide outside that tree, and nothing of another host's
+    runs (another test process, a benchmark) is counted.
     """
     keep = _supervisor.host_processes()
     # An idle pool child, or one being made (its pid not reported yet), is known by its
     # working directory.
     idle_dirs = {child.workdir for child in _idle_children()}
-    found = []
+    found: dict[int, psutil.Process] = {}
+    for pid in keep:
+        with contextlib.suppress(psutil.Error):
+            found.update((p.pid, p) for p in psutil.Process(pid).children(recursive=True))
     for proc in psutil.Process().children(recursive=True):
-        if proc.pid in keep:
-            continue
-        try:
-            if proc.cwd() in idle_dirs:
-                continue
-        except psutil.Error:
-            pass
         try:
             cmdline = " ".join(proc.cmdline())
         except psutil.ZombieProcess:
@@ -67,8 +67,21 @@ def run_processes() -> list[psutil.Process]:
         except psutil.Error:
             continue  # gone
         if "from runner import" in cmdline or not cmdline:
-            found.append(proc)
-    return found
+            found.setdefault(proc.pid, proc)
+    left = []
+    for pid, proc in sorted(found.items()):
+        if pid in keep:
+            continue
+        try:
+            if proc.cwd() in idle_dirs:
+                continue
+        except psutil.ZombieProcess:
+            pass
+        except psutil.Error:
+            if not proc.is_running():
+                continue  # gone
+        left.append(proc)
+    return left
 
 
 def _idle_children() -> list[_supervisor.Child]:

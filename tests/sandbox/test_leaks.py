@@ -59,6 +59,23 @@ async def test_many_runs_leave_nothing_behind(spawn: Spawn) -> None:
     assert run_cgroups() - cgroups == set()
 
 
+async def test_the_leak_check_sees_a_process_that_executed_another_program() -> None:
+    """The check after every test here (``run_processes``) knows a run's process by where
+    it is, not by what it runs: a ``sleep`` the program started is listed while the run
+    lives."""
+    seen: list[bool] = []
+
+    def look(pid: int) -> None:
+        seen.append(pid in {proc.pid for proc in run_processes()})
+
+    program = (
+        "import subprocess\nsleeper = subprocess.Popen(['sleep', '600'])\nhost.look(sleeper.pid)\n"
+    )
+    result = await sandbox.run(program, tools=[look], budget=Budget(wall_clock=30.0))
+    assert result.ok, result.error
+    assert seen == [True]
+
+
 async def cancel_mid_run(program: str) -> list[int]:
     """Run ``program`` and cancel it once it has called ``host.started(pids)``; the pids."""
     pids: list[int] = []
