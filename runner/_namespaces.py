@@ -897,37 +897,10 @@ def _build_view(plan: _Plan) -> None:
         def point(path: str, *, is_dir: bool = True) -> str:
             return f"{stage}/{_mount_point(root_fd, own, path, is_dir=is_dir)}"
 
-        proc = point("/proc")
-        proc_flags = _MS_NOSUID | _MS_NODEV | _MS_NOEXEC
-        try:
-            # Only the processes: no /proc/sys, whose global sysctls host uid 0 may write.
-            _mount("proc", proc, "proc", proc_flags, "subset=pid")
-        except OSError as exc:
-            if exc.errno != errno.EINVAL:  # EINVAL: a kernel without subset= (< 5.8)
-                raise
-            _mount("proc", proc, "proc", proc_flags)
-            for name in _PROC_READ_ONLY:
-                if os.path.lexists(f"{proc}/{name}"):
-                    _mount(f"{proc}/{name}", f"{proc}/{name}", None, _MS_BIND | _MS_REC)
-                    _set_attrs(f"{proc}/{name}", _MOUNT_ATTR_RDONLY, recursive=True)
-        if plan.privileged:
-            _make_devices(point("/dev"), own)
-        else:
-            _bind_devices(point)
-        for name, target in _DEV_LINKS:
-            _link(root_fd, own, f"/dev/{name}", target)
-        if plan.privileged:
-            dev = f"{stage}/dev"
-            _mount(None, dev, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NOEXEC)
+        _mount_proc(point("/proc"))
+        _build_dev(plan, root_fd, own, point)
         _run_file_system(plan, point, own)
-        for mount in plan.mounts:
-            if mount.link is not None:
-                _link(root_fd, own, mount.path, mount.link)
-                continue
-            target = point(mount.path, is_dir=mount.is_dir)
-            _mount(mount.path, target, None, _MS_BIND | _MS_REC)
-            attrs = _MOUNT_ATTR_RDONLY | _MOUNT_ATTR_NOSUID | _MOUNT_ATTR_NODEV
-            _set_attrs(target, attrs, recursive=True)
+        _bind_read_only(plan, root_fd, own, point)
     finally:
         os.close(root_fd)
     _mount(None, stage, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
@@ -936,6 +909,50 @@ def _build_view(plan: _Plan) -> None:
     _umount(".", _MNT_DETACH)
     os.chdir("/")
     os.chdir(plan.workdir or "/")
+
+
+def _mount_proc(proc: str) -> None:
+    """The view's /proc: a proc of the new PID namespace's processes only (before Linux 5.8,
+    a full one with its writable parts made read-only)."""
+    proc_flags = _MS_NOSUID | _MS_NODEV | _MS_NOEXEC
+    try:
+        # Only the processes: no /proc/sys, whose global sysctls host uid 0 may write.
+        _mount("proc", proc, "proc", proc_flags, "subset=pid")
+    except OSError as exc:
+        if exc.errno != errno.EINVAL:  # EINVAL: a kernel without subset= (< 5.8)
+            raise
+        _mount("proc", proc, "proc", proc_flags)
+        for name in _PROC_READ_ONLY:
+            if os.path.lexists(f"{proc}/{name}"):
+                _mount(f"{proc}/{name}", f"{proc}/{name}", None, _MS_BIND | _MS_REC)
+                _set_attrs(f"{proc}/{name}", _MOUNT_ATTR_RDONLY, recursive=True)
+
+
+def _build_dev(plan: _Plan, root_fd: int, own: set[int], point: Callable[..., str]) -> None:
+    """The view's /dev: its devices (made by a root caller, bound otherwise) and links; a
+    root caller's /dev is then read-only."""
+    if plan.privileged:
+        _make_devices(point("/dev"), own)
+    else:
+        _bind_devices(point)
+    for name, target in _DEV_LINKS:
+        _link(root_fd, own, f"/dev/{name}", target)
+    if plan.privileged:
+        dev = f"{plan.stage}/dev"
+        _mount(None, dev, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NOEXEC)
+
+
+def _bind_read_only(plan: _Plan, root_fd: int, own: set[int], point: Callable[..., str]) -> None:
+    """The host's read-only paths, at the same paths: bound recursively, then read-only,
+    nosuid and nodev all the way down; a symbolic link is made again as the same link."""
+    for mount in plan.mounts:
+        if mount.link is not None:
+            _link(root_fd, own, mount.path, mount.link)
+            continue
+        target = point(mount.path, is_dir=mount.is_dir)
+        _mount(mount.path, target, None, _MS_BIND | _MS_REC)
+        attrs = _MOUNT_ATTR_RDONLY | _MOUNT_ATTR_NOSUID | _MOUNT_ATTR_NODEV
+        _set_attrs(target, attrs, recursive=True)
 
 
 def _drop_privileges(plan: _Plan) -> None:
@@ -991,9 +1008,28 @@ def enter(spec: ConfineSpec, *, detach: bool = False) -> None:
     plan = _plan(spec)
     _refuse_directory_descriptors()
     _libc()  # load it while the host's libraries are still there
+    _unshare_all(privileged=plan.privileged)
+    if not plan.privileged:
+        _map_ids(plan.uid, plan.gid, plan.host_uid, plan.host_gid)
+    socket.sethostname(plan.hostname)
+    _loopback_up()
+    middle = _become_pid_one(detach=detach)
+    try:
+        _wall_in(plan, middle)
+    finally:
+        if middle is not None:
+            os.close(middle)
+
+
+def _unshare_all(*, privileged: bool) -> None:
+    """Step 2: every namespace in one unshare (the user namespace but for a root caller).
+
+    Raises:
+        OSError: the kernel refused (``EINVAL`` says the process may be multithreaded).
+    """
     # A root caller needs no user namespace: it holds every capability already, and its
     # program becomes an unprivileged host uid of its own (see *Identity*).
-    namespaces = _NAMESPACES[1:] if plan.privileged else _NAMESPACES
+    namespaces = _NAMESPACES[1:] if privileged else _NAMESPACES
     flags = 0
     for _, flag in namespaces:
         flags |= flag
@@ -1003,21 +1039,17 @@ def enter(spec: ConfineSpec, *, detach: bool = False) -> None:
         if exc.errno == errno.EINVAL:
             raise OSError(exc.errno, f"{exc.strerror} (is the process multithreaded?)") from None
         raise
-    if not plan.privileged:
-        _map_ids(plan.uid, plan.gid, plan.host_uid, plan.host_gid)
-    socket.sethostname(plan.hostname)
-    _loopback_up()
-    middle = _become_pid_one(detach=detach)
-    try:
-        if plan.privileged:
-            _refuse_executable_memfds()
-        _build_view(plan)
-        _drop_privileges(plan)
-        if middle is not None:
-            _tie_to_middle(middle)  # a switch of ids clears the death signal
-    finally:
-        if middle is not None:
-            os.close(middle)
+
+
+def _wall_in(plan: _Plan, middle: int | None) -> None:
+    """Steps 5b to 7, in PID 1: executable memfds refused (a root caller), the view, no
+    privilege left, and the death signal armed again against the ``middle`` (if any)."""
+    if plan.privileged:
+        _refuse_executable_memfds()
+    _build_view(plan)
+    _drop_privileges(plan)
+    if middle is not None:
+        _tie_to_middle(middle)  # a switch of ids clears the death signal
 
 
 # --- probing ----------------------------------------------------------------------------
