@@ -1116,15 +1116,35 @@ def probe(timeout: float = 5.0) -> dict[str, str | None]:
         os.close(write_fd)
         return dict.fromkeys(names, f"fork: {exc}")
     if pid == 0:  # pragma: no cover (the child's lines run in another process)
-        status = 1
-        try:
-            os.close(read_fd)
-            lines = "".join(f"{name}\t{reason or ''}\n" for name, reason in _probe_here().items())
-            os.write(write_fd, lines.encode("utf-8", "replace"))
-            status = 0
-        finally:
-            os._exit(status)
+        _answer_probe(read_fd, write_fd)
     os.close(write_fd)
+    answer = _read_probe_answer(pid, read_fd, timeout)
+    results: dict[str, str | None] = dict.fromkeys(names, "the probe gave no answer")
+    for line in answer.decode("utf-8", "replace").splitlines():
+        name, _, reason = line.partition("\t")
+        if name in results:
+            results[name] = reason or None
+    return results
+
+
+def _answer_probe(read_fd: int, write_fd: int) -> NoReturn:  # pragma: no cover (a child)
+    """In the probe's child: try the namespaces, write one ``name\treason`` line for each
+    (an empty reason when it could be made), exit."""
+    status = 1
+    try:
+        os.close(read_fd)
+        lines = "".join(f"{name}\t{reason or ''}\n" for name, reason in _probe_here().items())
+        os.write(write_fd, lines.encode("utf-8", "replace"))
+        status = 0
+    finally:
+        os._exit(status)
+
+
+def _read_probe_answer(pid: int, read_fd: int, timeout: float) -> bytes:
+    """What the probe's child ``pid`` writes to ``read_fd`` before it closes it, reaped.
+
+    A child that is silent for ``timeout`` seconds is killed, its answer cut short.
+    """
     chunks: list[bytes] = []
     try:
         while select.select([read_fd], [], [], timeout)[0]:
@@ -1137,12 +1157,7 @@ def probe(timeout: float = 5.0) -> dict[str, str | None]:
     finally:
         os.close(read_fd)
         os.waitpid(pid, 0)
-    results: dict[str, str | None] = dict.fromkeys(names, "the probe gave no answer")
-    for line in b"".join(chunks).decode("utf-8", "replace").splitlines():
-        name, _, reason = line.partition("\t")
-        if name in results:
-            results[name] = reason or None
-    return results
+    return b"".join(chunks)
 
 
 # --- the view a Python runner needs -------------------------------------------------------
