@@ -1188,24 +1188,47 @@ def python_read_only(import_paths: Sequence[str] = (), *extra: str) -> tuple[str
         Existing paths, each once, none inside another one (links kept as links, with their
         targets).
     """
-    wanted: list[str] = [os.path.dirname(os.__file__)]  # the stdlib, lib-dynload in it
+    wanted = [*_interpreter_needs(), *import_paths, *extra]
+    return _outermost(_existing_once(wanted))
+
+
+def _interpreter_needs() -> list[str]:
+    """What the interpreter loads after :func:`enter`: the standard library (lib-dynload in
+    it), the C library's directory, the merged-``/usr`` links, the loader's cache and the
+    local time zone (a link with its target)."""
+    wanted: list[str] = [os.path.dirname(os.__file__)]
     libc_dir = _libc_directory()
     if libc_dir is not None:
         wanted.append(libc_dir)
     wanted += [path for path in ("/lib", "/lib64") if os.path.islink(path)]
     for path in ("/etc/ld.so.cache", "/etc/localtime"):
-        if os.path.islink(path) and os.path.exists(path):
-            wanted += [path, os.path.realpath(path)]
-        elif os.path.exists(path):
-            wanted.append(path)
-    wanted += [*import_paths, *extra]
+        wanted += _with_target(path)
+    return wanted
+
+
+def _with_target(path: str) -> list[str]:
+    """``path`` and, if it is a symbolic link, its target; nothing if either is missing."""
+    if os.path.islink(path) and os.path.exists(path):
+        return [path, os.path.realpath(path)]
+    if os.path.exists(path):
+        return [path]
+    return []
+
+
+def _existing_once(paths: Iterable[str]) -> list[str]:
+    """``paths`` that exist (a link counts, whatever its target), each once, in order."""
     chosen: list[str] = []
-    for path in wanted:
+    for path in paths:
         if os.path.lexists(path) and path not in chosen:
             chosen.append(path)
-    dirs = [path for path in chosen if os.path.isdir(path) and not os.path.islink(path)]
+    return chosen
+
+
+def _outermost(paths: list[str]) -> tuple[str, ...]:
+    """``paths`` but those inside a directory (not a link to one) among them."""
+    dirs = [path for path in paths if os.path.isdir(path) and not os.path.islink(path)]
     return tuple(
         path
-        for path in chosen
+        for path in paths
         if not any(_is_within(path, parent) and path != parent for parent in dirs)
     )
