@@ -39,7 +39,7 @@ from __future__ import annotations
 import re
 import sys
 from types import FrameType
-from typing import Annotated, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Final, TypeAlias, TypeVar
 
 import msgspec
 
@@ -312,6 +312,12 @@ _SURVEY_STEPS: Final = 1 << 12
 #: The longest ``v`` shown as the value it is; a longer one is shown cut.
 _SHOWN_BYTES: Final = 64
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    #: A state of :class:`_Survey`: it reads one token and returns the next state.
+    _Expect: TypeAlias = Callable[[re.Match[bytes]], "_Expect | None"]
+
 
 def _survey(payload: bytes | bytearray | memoryview) -> object:
     """Find the top-level ``v`` of a frame msgspec cannot even skip through.
@@ -326,45 +332,97 @@ def _survey(payload: bytes | bytearray | memoryview) -> object:
     m = _TOKEN.match(data, 0)
     if m is None or m.lastindex != _OPEN or data[m.start(_OPEN)] != ord("{"):
         return _UNREADABLE  # not an object: there is no version to read
-    pos = m.end()
-    found: object = _UNREADABLE
-    expect = "key or end"
-    is_v = False
-    steps = _SURVEY_STEPS
-    while steps > 0:
-        steps -= 1
-        m = _TOKEN.match(data, pos)
-        if m is None:
-            break
-        pos = m.end()
-        kind = m.lastindex
-        if expect in ("key or end", "key") and kind == _STRING:
-            is_v = _is_v(data[m.start(_STRING) : pos])
-            expect = ":"
-        elif expect == ":" and kind == _PUNCT and data[m.start(_PUNCT)] == ord(":"):
-            expect = "value"
-        elif expect == "value" and kind in (_STRING, _ATOM):
-            if is_v:
-                token = data[m.start(kind) : pos]
-                found = _OURS if token == b"%d" % VERSION else _shown(data, m.start(kind), pos)
-            expect = ", or end"
-        elif expect == "value" and kind == _OPEN:
-            start = m.start(_OPEN)
-            if is_v:  # a container is not the version, however it ends
-                found = _shown(data, start, len(data))
-            pos, steps = _skip_nested(data, pos, steps)
-            if pos < 0:
+    return _Survey(data, m.end()).run()
+
+
+class _Survey:
+    """One scan of :func:`_survey`, past the opening brace: a state machine over tokens.
+
+    Its state is the method that reads the next token (``expect``): each reads one, notes
+    what it found, and returns the method for the token after it, or None when the scan
+    is over (the object ended, or broken syntax: what was read before it decides).
+    """
+
+    __slots__ = ("data", "found", "is_v", "pos", "steps")
+
+    def __init__(self, data: bytes, pos: int) -> None:
+        self.data = data
+        self.pos = pos
+        self.steps = _SURVEY_STEPS
+        self.found: object = _UNREADABLE
+        self.is_v = False  # whether the member being read is a "v"
+
+    def run(self) -> object:
+        """Read tokens until the scan is over or the steps run out; the verdict."""
+        expect: _Expect | None = self._key_or_end
+        match, data = _TOKEN.match, self.data
+        while expect is not None and self.steps > 0:
+            self.steps -= 1
+            m = match(data, self.pos)
+            if m is None:
                 break
-            if is_v:
-                found = _shown(data, start, pos)
-            expect = ", or end"
-        elif expect == ", or end" and kind == _PUNCT and data[m.start(_PUNCT)] == ord(","):
-            expect = "key"
-        elif expect in ("key or end", ", or end") and kind == _CLOSE:
-            return None if found is _UNREADABLE else found  # the whole object was read
-        else:
-            break  # broken syntax: what was read before it decides
-    return found
+            self.pos = m.end()
+            expect = expect(m)
+        return self.found
+
+    def _key_or_end(self, m: re.Match[bytes]) -> _Expect | None:
+        """Right after the opening brace: the first key, or the end of an empty object."""
+        if m.lastindex == _CLOSE:
+            return self._end()
+        return self._key(m)
+
+    def _key(self, m: re.Match[bytes]) -> _Expect | None:
+        """A member's key (noting whether it is ``v``)."""
+        if m.lastindex != _STRING:
+            return None
+        self.is_v = _is_v(self.data[m.start(_STRING) : self.pos])
+        return self._colon
+
+    def _colon(self, m: re.Match[bytes]) -> _Expect | None:
+        """The colon between a key and its value."""
+        if m.lastindex == _PUNCT and self.data[m.start(_PUNCT)] == ord(":"):
+            return self._value
+        return None
+
+    def _value(self, m: re.Match[bytes]) -> _Expect | None:
+        """A member's value: a string or an atom (the verdict, if the key is ``v``), or a
+        container."""
+        kind = m.lastindex
+        if kind in (_STRING, _ATOM):
+            if self.is_v:
+                start = m.start(kind)
+                token = self.data[start : self.pos]
+                ours = token == b"%d" % VERSION
+                self.found = _OURS if ours else _shown(self.data, start, self.pos)
+            return self._comma_or_end
+        if kind == _OPEN:
+            return self._nested(m.start(_OPEN))
+        return None
+
+    def _nested(self, start: int) -> _Expect | None:
+        """A value that opened a bracket at ``start``: skipped whole, within the steps."""
+        if self.is_v:  # a container is not the version, however it ends
+            self.found = _shown(self.data, start, len(self.data))
+        self.pos, self.steps = _skip_nested(self.data, self.pos, self.steps)
+        if self.pos < 0:
+            return None
+        if self.is_v:
+            self.found = _shown(self.data, start, self.pos)
+        return self._comma_or_end
+
+    def _comma_or_end(self, m: re.Match[bytes]) -> _Expect | None:
+        """After a value: a comma before the next key, or the end of the object."""
+        if m.lastindex == _CLOSE:
+            return self._end()
+        if m.lastindex == _PUNCT and self.data[m.start(_PUNCT)] == ord(","):
+            return self._key
+        return None
+
+    def _end(self) -> _Expect | None:
+        """The whole object was read: without a ``v``, the verdict is None. Nothing follows."""
+        if self.found is _UNREADABLE:
+            self.found = None
+        return None
 
 
 def _skip_nested(data: bytes, pos: int, steps: int) -> tuple[int, int]:
