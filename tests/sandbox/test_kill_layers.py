@@ -1,0 +1,231 @@
+"""The host's layers of "no survivors", each on its own, on real processes.
+
+A run ends (``sandbox/_engine/_process.py``, ``_Run.end``) by killing what the program
+started while the runner still holds it together, then the runner, then whatever is left,
+and the zygote kills what a dead runner left to it. Each layer must hold without the
+others, or a broken one hides behind the next; the end-to-end tests (``test_leaks``,
+``test_hostile``) cannot tell. Here, with no run and no zygote:
+
+* :meth:`CgroupSet.kill_all`, sparing the runner (a run that answered) and sparing nothing
+  (a run that did not, or whose members fork as fast as they can);
+* :func:`kill_tree`, the fallback without cgroups, on the runner's process tree.
+
+The zygote's and the runner's own layers are ``tests/runner/test_zygote.py``'s.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import psutil
+import pytest
+
+from protocol import CGROUP_PREFIX
+from sandbox import Level
+from sandbox._children import CgroupSet, kill_tree
+from tests.host import needs_enforcing
+
+#: The longest any one wait of these tests may take.
+WAIT = 10.0
+
+#: Run as ``python -c TREE MODE [CGROUP_PROCS ...]``. A reaper (a subreaper, outside the
+#: cgroups, reaping everything that comes up to it) forks the "runner" R, which joins the
+#: cgroups, becomes a subreaper, and starts: A (asleep), A's own child A1 (asleep), and an
+#: orphan O (its parent started a session and exited). R prints "R A A1 O" and reaps. In
+#: MODE ``churn``, R then also starts eight forkers, each forking children that sleep as
+#: fast as it can while killing all but its last four: about 50 processes at any time, and
+#: some always just forked, so that a single pass of SIGKILL misses some.
+TREE = """
+import contextlib, ctypes, os, sys, time
+
+def subreaper():
+    ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)
+
+def reap_forever():
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            time.sleep(0.01)
+
+def sleep():
+    time.sleep(600)
+    os._exit(0)
+
+mode, procs = sys.argv[1], sys.argv[2:]
+subreaper()
+if os.fork() != 0:
+    reap_forever()
+subreaper()
+for path in procs:
+    with open(path, "w") as f:
+        f.write(str(os.getpid()))
+r, w = os.pipe()
+a = os.fork()
+if a == 0:
+    a1 = os.fork()
+    if a1 == 0:
+        sleep()
+    os.write(w, f"{a1}\\n".encode())
+    sleep()
+middle = os.fork()
+if middle == 0:
+    os.setsid()
+    o = os.fork()
+    if o == 0:
+        sleep()
+    os.write(w, f"{o}\\n".encode())
+    os._exit(0)
+os.waitpid(middle, 0)
+lines = os.fdopen(r)
+a1, o = int(lines.readline()), int(lines.readline())
+print(os.getpid(), a, a1, o, flush=True)
+for _ in range(8 if mode == "churn" else 0):
+    if os.fork() == 0:
+        kids = []
+        while True:
+            kid = os.fork()
+            if kid == 0:
+                sleep()
+            kids.append(kid)
+            if len(kids) > 4:
+                os.kill(kids.pop(0), 9)
+            with contextlib.suppress(ChildProcessError):
+                while os.waitpid(-1, os.WNOHANG)[0]:
+                    pass
+reap_forever()
+"""
+
+
+def dead(pid: int) -> bool:
+    """Whether ``pid`` is dead (a zombie not yet reaped counts as dead)."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def wait_until(condition: object, what: str) -> None:
+    """Wait (at most :data:`WAIT`) until ``condition()`` holds; fail naming ``what``."""
+    deadline = time.monotonic() + WAIT
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, f"not within {WAIT} s: {what}"
+        time.sleep(0.01)
+
+
+@dataclass
+class Tree:
+    """The processes of :data:`TREE`: the reaper, and R, A, A1, O."""
+
+    reaper: subprocess.Popen[str]
+    runner: int
+    program: list[int]  # A, A1, O
+
+
+@contextmanager
+def tree(mode: str = "", cgroups: CgroupSet | None = None) -> Iterator[Tree]:
+    """Start :data:`TREE` (in ``cgroups``, if given); kill everything of it however the
+    test ends."""
+    procs = cgroups.procs_files() if cgroups is not None else ()
+    reaper = subprocess.Popen(
+        [sys.executable, "-c", TREE, mode or "-", *procs],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert reaper.stdout is not None
+        assert select.select([reaper.stdout], [], [], WAIT)[0], "the tree did not start"
+        runner, *program = map(int, reaper.stdout.readline().split())
+        assert len(program) == 3, program
+        yield Tree(reaper, runner, program)
+    finally:
+        if cgroups is not None:
+            cgroups.kill_all()
+        with contextlib.suppress(psutil.Error):
+            for proc in psutil.Process(reaper.pid).children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    proc.kill()
+        reaper.kill()
+        reaper.wait(WAIT)
+        if reaper.stdout is not None:
+            reaper.stdout.close()
+
+
+@pytest.fixture
+def cgroups() -> Iterator[CgroupSet]:
+    """A run's set of cgroups of this test's own (a process limit of 64); removed after."""
+    made = CgroupSet.create(
+        f"{CGROUP_PREFIX}{os.getpid()}-{uuid.uuid4().hex}", memory=None, pids=64
+    )
+    try:
+        yield made
+    finally:
+        made.kill_all()
+        with contextlib.suppress(AssertionError):
+            wait_until(lambda: not made.pids(), "the test's cgroups emptied")
+        made.remove()
+
+
+needs_cgroups = needs_enforcing("max_processes", Level.PROCESS)
+
+
+@needs_cgroups
+def test_kill_all_kills_every_member_but_the_runner(cgroups: CgroupSet) -> None:
+    """Sparing the runner (a run that answered): every other member of the cgroups dies,
+    whatever its parent or session, and the runner lives on."""
+    with tree(cgroups=cgroups) as t:
+        assert cgroups.pids() == {t.runner, *t.program}
+        killed = cgroups.kill_all(spare=frozenset({t.runner}))
+        assert killed == set(t.program)
+        wait_until(lambda: all(dead(pid) for pid in t.program), "the program's processes dead")
+        wait_until(lambda: cgroups.pids() == {t.runner}, "only the runner left")
+        assert not dead(t.runner)
+
+
+@needs_cgroups
+def test_kill_all_sparing_nothing_kills_every_member(cgroups: CgroupSet) -> None:
+    """Sparing nothing (a run that did not answer): every member dies, the runner too;
+    the cgroups are empty once the reaper outside them has reaped."""
+    with tree(cgroups=cgroups) as t:
+        killed = cgroups.kill_all()
+        assert killed == {t.runner, *t.program}
+        wait_until(lambda: not cgroups.pids(), "the cgroups emptied")
+        assert t.reaper.poll() is None  # (outside the cgroups: untouched)
+
+
+@needs_cgroups
+@pytest.mark.slow
+def test_kill_all_kills_members_that_fork_as_it_kills(cgroups: CgroupSet) -> None:
+    """Members forking as fast as they can: when :meth:`kill_all` returns, every member
+    left has been sent SIGKILL (a child forked during a pass is found by the next), and
+    the cgroups empty."""
+    with tree("churn", cgroups=cgroups) as t:
+        wait_until(lambda: len(cgroups.pids()) >= 40, "the forkers under way")
+        killed = cgroups.kill_all()
+        assert cgroups.pids() <= killed
+        wait_until(lambda: not cgroups.pids(), "the cgroups emptied")
+        assert t.reaper.poll() is None
+
+
+def test_kill_tree_kills_every_descendant_of_the_runner() -> None:
+    """Without cgroups: every descendant of the runner dies (its children, their children,
+    and what was orphaned to it), and the runner lives on."""
+    with tree() as t:
+        descendants = {p.pid for p in psutil.Process(t.runner).children(recursive=True)}
+        assert descendants == set(t.program)
+        found = kill_tree(t.runner)
+        assert found >= set(t.program)
+        assert all(dead(pid) for pid in t.program)
+        assert not dead(t.runner)
+        os.kill(t.runner, signal.SIGKILL)
