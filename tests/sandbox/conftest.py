@@ -4,6 +4,7 @@ that ask for ``spawn`` run once per way of making a child (cold, zygote, pool)."
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import tempfile
 import time
@@ -13,13 +14,15 @@ from pathlib import Path
 import psutil
 import pytest
 
+import sandbox
 from protocol import CGROUP_PREFIX
 from sandbox import Pool, Spawn
 from sandbox._children import _supervisor
 from sandbox._children._reaper import _CONTROLLERS, _OPTIONAL, _base
-from sandbox._engine import _api
 
 SPAWN_MODES = [Spawn.COLD, Spawn.ZYGOTE, Spawn.POOL]
+_RUN = sandbox.run
+_RUN_SYNC = sandbox.run_sync
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -27,18 +30,38 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("spawn", SPAWN_MODES, indirect=True, ids=str)
 
 
+#: The pool the running test's runs take their children from, if it asked for ``pool``.
+_pool: Pool | None = None
+
+
 @pytest.fixture
 def spawn(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[Spawn]:
-    """Make ``request.param`` the default spawn mode of ``sandbox.run`` for one test; for
-    the pool, a pool of this test's own, closed (and checked empty) at the end."""
+    """Make ``sandbox.run`` (and ``run_sync``) pass ``spawn=`` ``request.param`` for one
+    test, unless the test passes its own; for the pool, a pool of this test's own, closed
+    (and checked empty) at the end."""
+    global _pool
     mode: Spawn = request.param
+
+    def runs_from(source: Spawn | Pool) -> None:
+        monkeypatch.setattr(sandbox, "run", functools.partial(_RUN, spawn=source))
+        monkeypatch.setattr(sandbox, "run_sync", functools.partial(_RUN_SYNC, spawn=source))
+
     if mode is not Spawn.POOL:
-        monkeypatch.setattr(_api, "_DEFAULT_SPAWN", mode)
+        runs_from(mode)
         yield mode
         return
     with Pool(size=2) as pool:
-        monkeypatch.setattr(_api, "_DEFAULT_SPAWN", pool)
-        yield mode
+        runs_from(pool)
+        _pool = pool
+        try:
+            yield mode
+        finally:
+            _pool = None
+
+
+def runs_pool() -> Pool | None:
+    """The pool the running test's runs take their children from, if any."""
+    return _pool
 
 
 def run_processes() -> list[psutil.Process]:

@@ -10,9 +10,9 @@ import psutil
 import pytest
 
 import sandbox
-from sandbox import Budget, Pool, Spawn, Tool
+from sandbox import Budget, Spawn, Tool
 
-from .conftest import run_cgroups, run_dirs, run_processes
+from .conftest import run_cgroups, run_dirs, run_processes, runs_pool
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("spawn")]
 
@@ -29,8 +29,8 @@ def echo(n: int) -> int:
 
 def settle() -> None:
     """Let a pool finish its refills (each run asks for one in the background)."""
-    pool = sandbox._engine._api._DEFAULT_SPAWN
-    if isinstance(pool, Pool):
+    pool = runs_pool()
+    if pool is not None:
         assert pool.wait_full(30)
 
 
