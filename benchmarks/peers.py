@@ -357,10 +357,10 @@ def observe_process(pid: int) -> dict[str, Any]:
 
 
 _MONTY_ISOLATION: Final = Isolation(
-    process="partly: a `monty` worker process, not confined by the OS (observed: the "
-    "host's user, namespaces and capabilities, no seccomp); the interpreter is the wall",
+    process="partly: a `monty` worker process (for crash isolation) with no OS confinement "
+    "of its own (what `/proc` showed of it is under the table); the interpreter is the wall",
     files="yes, in the interpreter: no file access unless the host mounts a directory or "
-    "answers OS calls (`open` raised PermissionError here); the worker process could",
+    "answers its OS calls; the worker process itself has the host user's rights",
     network="yes, in the interpreter: no `socket` module; the worker process is on the "
     "host's network",
     memory="yes: `max_memory` caps the interpreter's heap (not set in these runs)",

@@ -1399,7 +1399,7 @@ def plot_peers(doc: dict[str, Any], path: Path) -> None:
     cells = {k: c for k, c in section["cells"].items() if c.get("status") == "ok"}
     workloads = section["workloads"]
     fig = figure(figsize=(14, 5.5))
-    labels = [cells[k].get("label", k) for k in cells]
+    labels = [str(cells[k].get("label", k)).replace("`", "") for k in cells]
     for j, (key, w) in enumerate(workloads.items()):
         ax = fig.add_subplot(1, len(workloads), j + 1)
         values = [
