@@ -2,9 +2,10 @@
 
 A page the study renders (``benchmarks/RESULTS.md``, ``benchmarks/results/study-*.md``) is
 exactly what its JSON renders to. A page or section written by hand (``plane.md``; each
-``### Results`` section of ``benchmarks/README.md``) cites its JSON, and every figure in it
-is a value of that JSON (raw samples aside) at the precision shown, or, after "about",
-within 2 % of one; the commits and dates it quotes are the JSON's. A figure quoted from
+``### Results`` section of ``benchmarks/README.md``) cites its JSON (and any other it quotes
+from), and every figure in it is a value of those (raw samples aside; figures written in
+their strings count) at the precision shown, or, after "about", within 2 % of one; the
+commits and dates it quotes are theirs. A figure quoted from
 another run is all but certain to fail this (most of its figures match nothing); a single
 mistyped figure can still match another value of the JSON by chance.
 """
@@ -56,7 +57,8 @@ def test_a_study_page_is_its_json_rendered(page: Path) -> None:
 
 
 def leaves(value: Any) -> Iterator[float | str]:
-    """Every number and string of a JSON document but its raw samples."""
+    """Every number and string of a JSON document but its raw samples, and every figure
+    written in its strings ("per round 9.35 [6.49-13.9]")."""
     if isinstance(value, dict):
         for k, v in value.items():
             if not str(k).startswith("samples"):
@@ -70,6 +72,7 @@ def leaves(value: Any) -> Iterator[float | str]:
         yield float(value)
     elif isinstance(value, str):
         yield value
+        yield from (float(f.replace(" ", "")) for f in FIGURE.findall(value))
 
 
 def prose(text: str) -> str:
@@ -79,8 +82,9 @@ def prose(text: str) -> str:
     return re.sub(r"\]\([^)]*\)", "]", text)
 
 
-def unmatched(text: str, doc: Any, cited: Path) -> list[str]:
-    """The figures, dates and commits of ``text`` that are not the JSON's."""
+def unmatched(text: str, doc: Any, cited: list[Path]) -> list[str]:
+    """The figures, dates and commits of ``text`` that are not those of ``doc``, the cited
+    JSON files' documents (as one)."""
     numbers = [v for v in leaves(doc) if isinstance(v, float)]
     strings = [v for v in leaves(doc) if isinstance(v, str)]
     wrong = [
@@ -90,7 +94,7 @@ def unmatched(text: str, doc: Any, cited: Path) -> list[str]:
     wrong += [
         f"date {d}"
         for d in DATE.findall(readable)
-        if d not in cited.name and not any(d in s for s in strings)
+        if not any(d in path.name for path in cited) and not any(d in s for s in strings)
     ]
     readable = DATE.sub(" ", readable)
     about = {x for pair in ABOUT.findall(readable) for x in pair if x}
@@ -109,39 +113,41 @@ def unmatched(text: str, doc: Any, cited: Path) -> list[str]:
 
 
 def written_pages() -> list[Any]:
-    """(name, text, the JSON it cites) of every page or section written by hand."""
+    """(name, text, the JSON files it cites) of every page or section written by hand."""
     found = []
     for page in sorted(RESULTS.glob("*.md")):
         text = page.read_text(encoding="utf-8")
         if page in rendered_pages():
             continue
-        cited = re.search(r"\(([^)\s]+\.json)\)", text)
+        cited = sorted({page.parent / name for name in re.findall(r"\(([^)\s]+\.json)\)", text)})
         assert cited, f"{page.name} cites no JSON"
-        found.append(pytest.param(page.name, text, page.parent / cited.group(1), id=page.name))
+        found.append(pytest.param(page.name, text, cited, id=page.name))
     readme = (BENCHMARKS / "README.md").read_text(encoding="utf-8")
     for section in re.split(r"\n(?=##+ )", readme):
         heading = section.partition("\n")[0]
         if heading.startswith("### Results"):
-            cited = re.search(r"`(results/[^`]+\.json)`", heading)
-            assert cited, f"README.md: {heading!r} cites no JSON"
-            json_path = BENCHMARKS / cited.group(1)
+            first = re.search(r"`(results/[^`]+\.json)`", heading)
+            assert first, f"README.md: {heading!r} cites no JSON"
+            quoted = re.findall(r"`(results/[^`]+\.json)`", section)
+            cited = sorted({BENCHMARKS / name for name in quoted})
             name = f"README.md {heading}"
-            found.append(pytest.param(name, section, json_path, id=f"README-{json_path.stem}"))
+            stem = Path(first.group(1)).stem
+            found.append(pytest.param(name, section, cited, id=f"README-{stem}"))
     return found
 
 
 @pytest.mark.parametrize(("name", "text", "cited"), written_pages())
-def test_a_written_page_quotes_its_json(name: str, text: str, cited: Path) -> None:
-    """Every figure, date and commit of the page (or section) is the JSON's."""
-    doc = json.loads(cited.read_text(encoding="utf-8"))
-    assert unmatched(text, doc, cited) == [], name
+def test_a_written_page_quotes_its_json(name: str, text: str, cited: list[Path]) -> None:
+    """Every figure, date and commit of the page (or section) is the JSON files'."""
+    docs = [json.loads(path.read_text(encoding="utf-8")) for path in cited]
+    assert unmatched(text, docs, cited) == [], name
 
 
 def test_the_check_fails_a_figure_of_another_run() -> None:
     """A figure the JSON does not hold, or holds only at another precision, a commit and a
     date that are not its own: each is named."""
     doc = {"p50": 8.44, "ratio": 0.5409, "environment": {"date": "2026-12-02", "commit": "ab12cd3"}}
-    cited = Path("results/study-2026-12-02.json")
+    cited = [Path("results/study-2026-12-02.json")]
     assert unmatched("p50 8.4, ratio 0.541, about 8.3", doc, cited) == []
     assert unmatched("p50 8.5, ratio 0.54x", doc, cited) == ["8.5"]
     assert unmatched("ratio 0.55", doc, cited) == ["0.55"]
