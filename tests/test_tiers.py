@@ -82,6 +82,7 @@ def pytest_in(
     )
 
 
+@pytest.mark.slow
 def test_a_skip_for_a_missing_wall_or_cgroup_fails_where_they_are_required(
     tmp_path: Path,
 ) -> None:

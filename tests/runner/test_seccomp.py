@@ -665,6 +665,7 @@ def test_attack_is_refused_under_the_filter(attack: str) -> None:
 
 @needs_seccomp
 @pytest.mark.parametrize("attack", ATTACKS)
+@pytest.mark.slow
 def test_attack_fails_differently_or_succeeds_without_the_filter(attack: str) -> None:
     """Without the filter the same call succeeds or fails with another errno, so the filter is
     what refuses it (skipped where the host refuses it the same way on its own)."""

@@ -39,6 +39,7 @@ async def test_no_stack_for_a_run_that_ends_in_time() -> None:
     assert (result.ok, result.stack, result.stack_error) == (True, None, None)
 
 
+@pytest.mark.slow
 async def test_without_py_spy_the_result_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_stack, "py_spy", lambda: None)
     result = await sandbox.run(STUCK, budget=Budget(wall_clock=1.0), stack_on_timeout=True)
