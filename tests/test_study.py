@@ -249,6 +249,7 @@ def _hand_written() -> dict[str, Any]:
     }
 
 
+@pytest.mark.slow
 def test_render_from_json_alone(tmp_path: Path) -> None:
     """``--render`` of a hand-written JSON writes RESULTS.md with every table, the missed
     target marked MISS and the met one PASS, and the plots it links to."""

@@ -140,6 +140,7 @@ outcome
     assert result.wall_time < 20
 
 
+@pytest.mark.slow
 async def test_wall_clock_with_calls_in_flight() -> None:
     """The wall clock ends a run whose program waits on a slow host call, less than 1.5 s
     after the limit (the margin of ``test_hostile``'s wall-clock tests)."""

@@ -220,6 +220,7 @@ def test_json_failure_exits_one(tmp_path: Path) -> None:
     assert "ValueError: boom" in result.error
 
 
+@pytest.mark.slow
 def test_timeout_exits_three_at_the_limit(tmp_path: Path) -> None:
     """``--timeout 1`` ends a program asleep for 60 s with exit code 3, less than 1.5 s
     after the limit: the command takes at most that much longer than the same command

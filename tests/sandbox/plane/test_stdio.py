@@ -136,6 +136,7 @@ async def test_a_malformed_line_gets_its_error_and_a_line_on_stderr(
         assert ok["result"]["structuredContent"] == {"value": "K"}
 
 
+@pytest.mark.slow
 async def test_a_program_too_large_for_a_frame_gets_a_result_that_names_the_limit() -> None:
     code = "#" + "a" * MAX_FRAME_BYTES
     async with stdio_peer() as peer:
