@@ -232,6 +232,7 @@ r, w = os.pipe()
 middle = os.fork()
 if middle == 0:
     os.setsid()
+    middle = os.getpid()  # (fork() gave 0 here: the grandchild waits on this pid)
     if os.fork() == 0:
         deadline = time.monotonic() + 10
         while os.getppid() == middle and time.monotonic() < deadline:
