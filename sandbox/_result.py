@@ -1,14 +1,43 @@
-"""What a run returns."""
+"""What a run returns, and the one place that decides it from what the host saw.
+
+Every level ends a run the same way: it gathers what it saw into an :class:`Ending` (the
+child's answer if one came, the host's own verdict if it stopped or refused the run, and
+the facts it measured itself: its call accounting, its cgroups' limits, the exit status),
+and :func:`run_result`, a pure function, turns that into the :class:`RunResult`. The order
+of precedence is the parent's authority (DESIGN, invariant 3): the host's own verdict
+first, then a child that broke the wire, then a child that died without answering
+(explained by what the host measured), and only then the child's answer, whose claim of a
+limit stands only if the host saw one.
+"""
 
 from __future__ import annotations
 
+import enum
+import os
+import signal as signals
+from dataclasses import dataclass, field
 from typing import Any, final
 
 import msgspec
 
-from protocol import Kind
+from protocol import CallStats, Kind, RunnerExit
 
-__all__ = ["RunResult", "program_failure"]
+__all__ = ["Answer", "Cause", "Ending", "Output", "RunResult", "Verdict", "run_result"]
+
+
+class Cause(enum.StrEnum):
+    """What exactly ended a run that failed (:attr:`RunResult.cause`)."""
+
+    WALL_CLOCK = "wall_clock"
+    MEMORY = "memory"
+    CPU = "cpu"
+    PROCESSES = "processes"
+    DISK = "disk"
+    PROTOCOL = "protocol"
+    CRASH = "crash"
+    CONFINEMENT = "confinement"
+    EXIT = "exit"
+    PROGRAM = "program"
 
 
 @final
@@ -39,8 +68,10 @@ class RunResult(msgspec.Struct, frozen=True, kw_only=True):
         wall_time: seconds from spawn to the end of the run, cleanup included.
         cpu_time: CPU seconds used by the run's processes, where known.
         peak_memory: the most memory the run used at once, in bytes, where known.
-        exit_code: the runner's exit status, if it exited.
-        signal: the signal that ended the runner, if one did.
+        exit_code: the runner's exit status, if the host saw it before returning. A run
+            that answered returns once its processes are killed, without waiting for the
+            runner's exit (the remains are cleared afterwards): None there.
+        signal: the signal that ended the runner, if the host saw one before returning.
         level: the isolation level the run used.
         stack: with ``stack_on_timeout``, for a run killed at its wall clock: the Python
             stack of every thread of the program at that moment (py-spy's dump).
@@ -52,7 +83,7 @@ class RunResult(msgspec.Struct, frozen=True, kw_only=True):
     value: Any = None
     kind: Kind | None = None
     error: str = ""
-    cause: str | None = None
+    cause: Cause | None = None
     stdout: str = ""
     stderr: str = ""
     stdout_truncated: bool = False
@@ -73,27 +104,186 @@ class RunResult(msgspec.Struct, frozen=True, kw_only=True):
     stack_error: str | None = None
 
 
-def program_failure(
-    kind: Kind | None, error: str, value: str, *, limit_seen: bool
-) -> dict[str, Any]:
-    """The fields of a :class:`RunResult` for a run whose program failed by itself.
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """The child's answer: its Result (or the in-process backend's outcome)."""
 
-    ``value`` is the failure's data as the runner sent it (JSON text, or empty): the Python
-    backend sends the code of a program that exited, which makes the cause ``exit``.
+    ok: bool
+    value: str = ""
+    kind: Kind | None = None
+    error: str = ""
+    calls: int | None = None  # what the child claims it made (reconciliation only)
+    bytes: int | None = None
 
-    The parent decides what was a limit, from what it saw itself (``limit_seen``: a call
-    it answered ``limit``, its memory or process cgroup at its limit), never from the
-    child's word: a child that reports ``limit`` otherwise (a program that raised
-    ``MemoryError`` with memory to spare) failed by itself, kind ``raised``.
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The host's own ending of a run: it stopped it (a limit), or refused it."""
+
+    kind: Kind
+    cause: Cause
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    """One captured output stream."""
+
+    text: str = ""
+    truncated: bool = False
+    total: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Ending:
+    """What the host saw of one run: everything :func:`run_result` decides from.
+
+    Attributes:
+        level: the run's level.
+        wall_time: seconds from the run's start to its end, on the host.
+        answer: the child's answer, if one came.
+        verdict: the host's own verdict, if it stopped or refused the run.
+        broke_wire: the child broke the protocol (the error), if it did.
+        stats: the parent's call accounting (the authority).
+        status: the runner's wait status, if the host knows it.
+        memory_hit, pids_hit, disk_hit: the run's memory, process or file system limit was
+            reached, as its cgroups and file system say.
+        limits: the run's limits, for the messages (``max_memory`` and the like).
+        stdout, stderr: the captured output.
+        cpu_time, peak_memory: measured by the host, where known.
+        stack, stack_error: the program's stack at its wall clock, if asked for.
     """
+
+    level: str
+    wall_time: float
+    answer: Answer | None = None
+    verdict: Verdict | None = None
+    broke_wire: str | None = None
+    stats: CallStats | None = None
+    status: int | None = None
+    memory_hit: bool = False
+    pids_hit: bool = False
+    disk_hit: bool = False
+    limits: dict[str, Any] = field(default_factory=dict)
+    stdout: Output = Output()
+    stderr: Output = Output()
+    cpu_time: float | None = None
+    peak_memory: int | None = None
+    stack: str | None = None
+    stack_error: str | None = None
+
+
+def run_result(ending: Ending) -> RunResult:
+    """The :class:`RunResult` of a run, from what the host saw (see the module docstring)."""
+    e = ending
+    status = e.status
+    exit_code = os.WEXITSTATUS(status) if status is not None and os.WIFEXITED(status) else None
+    sig = os.WTERMSIG(status) if status is not None and os.WIFSIGNALED(status) else None
+    stats = e.stats
+    base = RunResult(
+        ok=False,
+        stdout=e.stdout.text,
+        stderr=e.stderr.text,
+        stdout_truncated=e.stdout.truncated,
+        stderr_truncated=e.stderr.truncated,
+        stdout_bytes=e.stdout.total,
+        stderr_bytes=e.stderr.total,
+        calls=0 if stats is None else stats.calls,
+        bytes=0 if stats is None else stats.bytes,
+        reported_calls=None if e.answer is None else e.answer.calls,
+        reported_bytes=None if e.answer is None else e.answer.bytes,
+        wall_time=e.wall_time,
+        cpu_time=e.cpu_time,
+        peak_memory=e.peak_memory,
+        exit_code=exit_code,
+        signal=sig,
+        level=e.level,
+        stack=e.stack,
+        stack_error=e.stack_error,
+    )
+    replace = msgspec.structs.replace
+    verdict = e.verdict
+    if verdict is None and e.broke_wire is not None:
+        verdict = Verdict(
+            Kind.UNKNOWN, Cause.PROTOCOL, f"the child broke the protocol: {e.broke_wire}"
+        )
+    if verdict is None and e.answer is None:
+        verdict = _death(e, exit_code, sig)
+    if verdict is not None:
+        return replace(base, kind=verdict.kind, cause=verdict.cause, error=verdict.error)
+    answer = e.answer
+    assert answer is not None
+    if not answer.ok:
+        return replace(base, **_failure(e, answer, exit_code))
+    try:
+        value = msgspec.json.decode(answer.value) if answer.value else None
+    except (msgspec.DecodeError, RecursionError):
+        return replace(
+            base,
+            kind=Kind.UNKNOWN,
+            cause=Cause.PROTOCOL,
+            error="the child's Result value is not JSON",
+        )
+    return replace(base, ok=True, value=value)
+
+
+def _death(e: Ending, exit_code: int | None, sig: int | None) -> Verdict:
+    """Why a runner ended without answering, from what the host measured."""
+    how = f"signal {signals.Signals(sig).name}" if sig else f"exit code {exit_code}"
+    if e.memory_hit:
+        return Verdict(
+            Kind.LIMIT,
+            Cause.MEMORY,
+            f"memory limit of {e.limits.get('max_memory')} bytes reached; the run was killed",
+        )
+    if e.pids_hit:
+        return Verdict(
+            Kind.LIMIT,
+            Cause.PROCESSES,
+            f"process limit of {e.limits.get('max_processes')} reached, and the runner ended "
+            f"({how}) without sending a Result",
+        )
+    max_cpu = e.limits.get("max_cpu")
+    cpu_spent = max_cpu is not None and e.cpu_time is not None and e.cpu_time >= max_cpu
+    if max_cpu is not None and (sig == signals.SIGXCPU or (sig == signals.SIGKILL and cpu_spent)):
+        return Verdict(
+            Kind.LIMIT, Cause.CPU, f"CPU limit of {max_cpu} s reached; the run was killed"
+        )
+    return Verdict(Kind.UNKNOWN, Cause.CRASH, f"the runner ended ({how}) without sending a Result")
+
+
+def _failure(e: Ending, answer: Answer, exit_code: int | None) -> dict[str, Any]:
+    """The fields of a run whose program failed by itself (its answer said so).
+
+    The parent decides what was a limit, from what it saw itself (a call it answered
+    ``limit``, its memory or process cgroup at its limit), never from the child's word: a
+    child that reports ``limit`` otherwise (a program that raised ``MemoryError`` with
+    memory to spare) failed by itself, kind ``raised``. A failed answer with a value is a
+    program that exited (the Python backend sends its ``SystemExit`` code).
+    """
+    kind, error = answer.kind or Kind.UNKNOWN, answer.error
+    limit_seen = (e.stats is not None and e.stats.limited > 0) or e.memory_hit or e.pids_hit
     if kind is Kind.LIMIT and not limit_seen:
         kind = Kind.RAISED
         error = f"(the child reported a limit, but none of the run's limits was reached)\n{error}"
-    fields: dict[str, Any] = {"kind": kind or Kind.UNKNOWN, "cause": "program", "error": error}
-    if value:
+    fields: dict[str, Any] = {"kind": kind, "cause": Cause.PROGRAM, "error": error}
+    if answer.value:
         try:
-            fields["value"] = msgspec.json.decode(value)
+            fields["value"] = msgspec.json.decode(answer.value)
         except (msgspec.DecodeError, RecursionError):
-            fields["value"] = value
-        fields["cause"] = "exit"
+            fields["value"] = answer.value
+        fields["cause"] = Cause.EXIT
+    if kind is Kind.LIMIT and e.memory_hit:
+        fields["cause"] = Cause.MEMORY
+    if exit_code == RunnerExit.NOT_CONFINED:
+        fields["cause"] = Cause.CONFINEMENT
+    if e.disk_hit and kind in (Kind.RAISED, Kind.UNKNOWN):
+        # Decided from the host's own look at the run's file system (what the program
+        # raised, ENOSPC or any other, is only its word).
+        fields.update(
+            kind=Kind.LIMIT,
+            cause=Cause.DISK,
+            error=f"the run's file system (max_disk: {e.limits.get('max_disk')} bytes) "
+            f"was full when the program failed:\n{error}",
+        )
     return fields

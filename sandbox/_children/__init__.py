@@ -9,6 +9,7 @@ The layer below the run engine: it knows processes, not programs or budgets.
 from __future__ import annotations
 
 from ._reaper import CgroupSet, cgroup_support, kill_tree
+from ._remains import REMAINS
 from ._stack import python_stack
 from ._supervisor import (
     WORKDIR_PREFIX,
@@ -24,6 +25,7 @@ from ._supervisor import (
 from ._uid import usable as uid_usable
 
 __all__ = [
+    "REMAINS",
     "WORKDIR_PREFIX",
     "CgroupSet",
     "Child",

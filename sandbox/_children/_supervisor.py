@@ -79,6 +79,7 @@ from runner import DEFAULT_DISK_BYTES, default_disk_files
 from .._errors import SpawnFailed
 from . import _uid
 from ._reaper import CgroupSet
+from ._remains import REMAINS
 
 __all__ = ["WORKDIR_PREFIX", "Child", "Pool", "Spawn", "acquire", "shutdown", "zygote_pid"]
 
@@ -96,6 +97,12 @@ _PIPE_BYTES: Final = 1 << 20
 _ZYGOTE_TIMEOUT: Final = 30.0
 #: How long a child may take, once forked, to be ready (a cold child starts Python).
 _READY_TIMEOUT: Final = 60.0
+#: How long clearing a run's remains waits for the zygote's report that its runner was
+#: reaped (a killed process is normally torn down in milliseconds).
+_CLEAR_DEADLINE: Final = 10.0
+#: The uid leases of runners that would not die: held until this host exits, so that no
+#: other run is given an id a process of an earlier run may still have.
+_held_leases: list[_uid.Lease] = []
 #: A run's file system with less room than this left is full: a write of the size Python's
 #: buffered files make (64 KiB) no longer fits.
 _DISK_SLACK: Final = 64 << 10
@@ -639,6 +646,21 @@ class Child:
             with contextlib.suppress(OSError):
                 signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
 
+    def clear(self) -> None:
+        """Clear the remains of a run that is over (blocking; the remains thread's work).
+
+        Every process of the run has been sent SIGKILL: wait for the zygote's report that
+        the runner was reaped (it reaps the rest in the same pass), then kill whatever the
+        cgroups still list and remove what the run made. A runner that is not reported
+        within the deadline is sent SIGKILL again; what still will not go keeps its uid
+        lease until the host exits, and its cgroups stay until they are empty.
+        """
+        self.close_channels()
+        if self.pid is not None and not self._block_until(self.exit_seen, _CLEAR_DEADLINE):
+            self.kill()
+            self._block_until(self.exit_seen, _CLEAR_DEADLINE)
+        self.release()
+
     def release(self) -> None:
         """Remove what the run made, once its processes are gone (idempotent)."""
         # Read before the report socket and the pidfd are closed: whether the runner is gone.
@@ -665,6 +687,9 @@ class Child:
             # cgroups, killed just now): another run may have it. (A runner that would
             # not die keeps its id held until this host exits.)
             self.lease.release()
+            self.lease = None
+        elif self.lease is not None:
+            _held_leases.append(self.lease)  # on purpose, for as long as this host lives
             self.lease = None
         if self.zygote_lost and _retired:
             with _lock:
@@ -773,6 +798,7 @@ class Pool:
         _pools.discard(self)
         for child in children:
             child.discard()
+        REMAINS.wait_empty(_CLEAR_DEADLINE * 2)
 
     def __enter__(self) -> Self:
         return self
@@ -866,6 +892,7 @@ def shutdown() -> None:
     _default_pool = None
     for pool in list(_pools):
         pool.close()
+    REMAINS.wait_empty(_CLEAR_DEADLINE * 2)  # the zygote must report the runs' reaping
     with _lock:
         pairs = [*_retired, *([_current] if _current is not None else [])]
         _current = None

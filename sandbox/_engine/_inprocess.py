@@ -21,13 +21,13 @@ import uuid
 
 import anyio
 import anyio.to_thread
-import msgspec
 
 from protocol import VERSION, Client, FdChannel, Server, Start
 from runner import Outcome, PythonBackend
 
 from .._budget import Budget
-from .._result import RunResult, program_failure
+from .._result import Answer, Ending, RunResult, run_result
+from ._levels import Level
 from ._tools import Toolset
 
 __all__ = ["run_in_process"]
@@ -64,20 +64,19 @@ async def run_in_process(program: str, toolset: Toolset, budget: Budget) -> RunR
     async with anyio.create_task_group() as tg:
         tg.start_soon(serve)
         outcome, cpu = await anyio.to_thread.run_sync(execute)
-    stats = server.statistics()
-    base = RunResult(
-        ok=False,
-        calls=stats.calls,
-        bytes=stats.bytes,
-        reported_calls=client.calls_made,
-        reported_bytes=client.bytes_received,
-        wall_time=time.perf_counter() - t0,
-        cpu_time=cpu,
-        level="in_process",
+    answer = Answer(
+        ok=outcome.ok,
+        value=outcome.value,
+        kind=outcome.kind,
+        error=outcome.error,
+        calls=client.calls_made,
+        bytes=client.bytes_received,
     )
-    replace = msgspec.structs.replace
-    if not outcome.ok:
-        limit_seen = stats.limited > 0
-        fields = program_failure(outcome.kind, outcome.error, outcome.value, limit_seen=limit_seen)
-        return replace(base, **fields)
-    return replace(base, ok=True, value=msgspec.json.decode(outcome.value))
+    ending = Ending(
+        level=Level.IN_PROCESS.value,
+        wall_time=time.perf_counter() - t0,
+        answer=answer,
+        stats=server.statistics(),
+        cpu_time=cpu,
+    )
+    return run_result(ending)

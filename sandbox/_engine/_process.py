@@ -2,23 +2,35 @@
 
 Theory of operation
 -------------------
-The child comes from the zygote (:mod:`sandbox._supervisor`: cold, warm, or from a pool),
-already in the run's cgroups, in its own session, with a scrubbed environment and a private
-working directory, and, for ``confined``, behind its walls. It has run nothing of the run
-yet: it waits for its Start. Before sending it, the host sets the run's limits on its
-cgroups and, with ``prlimit``, on its process (CPU, file size, open files, no core dumps).
+The child comes from the layer below (:mod:`sandbox._children`: cold, warm, or from a
+pool), already in the run's cgroups, in its own session, with a scrubbed environment and a
+private working directory, and, for ``confined``, behind its walls. It has run nothing of
+the run yet: it waits for its Start. Before sending it, the host sets the run's limits on
+its cgroups and, with ``prlimit``, on its process (CPU, file size, open files, no core
+dumps).
 
-The run: the Server answers calls, two tasks drain stdout and stderr into capped buffers,
-and the Starter waits for the Result, all under the wall clock.
+The run (:meth:`_Run.drive`): the Server answers calls, two tasks drain stdout and stderr
+into capped buffers, a watcher ends the run at its CPU limit, and the Starter waits for
+the Result, all under the wall clock. What happened is gathered into an
+:class:`~sandbox._result.Ending`, from which :func:`~sandbox._result.run_result` (pure)
+makes the :class:`~sandbox.RunResult`.
 
-The end, however the run ended (see :mod:`sandbox._reaper`), shielded from cancellation
-with its own deadline, so that cancelling the host's task always waits for the child to be
-gone: kill everything in the run's cgroup (or the runner's process tree) but the runner,
-close the start channel (after a Result the runner then exits by itself), SIGTERM, a grace
-period, SIGKILL (a confined runner, PID 1 of its namespace, straight to SIGKILL), kill
-whatever is left, and wait for the zygote's report that it has reaped the runner (it reaps
-everything the run left under it in the same pass); then remove the cgroups and the
-working directory.
+The end (:meth:`_Run.stop`), however the run ended, shielded from cancellation: with
+cgroups (which list every process of the run, whatever it did with its parents and
+sessions), every process of the run is sent SIGKILL in passes until a pass finds none it
+has not signalled; a process with SIGKILL pending never executes another instruction of
+the program. The run's measurements are read from its cgroups then, the output that is in
+the pipes is read to its last byte, and the run returns: the kernel's teardown of the
+processes, their reaping, and the removal of the cgroups, working directory and uid lease
+are the run's *remains*, cleared in the background (:mod:`sandbox._children._remains`),
+bounded, and waited for when the host or a pool closes. Only a runner that died without
+answering is waited for (briefly), as its exit status is what explains its death.
+
+Without cgroups (a host that cannot make them), the runner is the subreaper that holds
+every process of the run in its tree: the host kills that tree but the runner, closes the
+start channel, stops the runner (SIGTERM, a grace period, SIGKILL; PID 1 of a confined
+run straight to SIGKILL), kills whatever is left, and waits for the zygote's report that
+it reaped the runner, before returning.
 """
 
 from __future__ import annotations
@@ -30,7 +42,7 @@ import resource
 import signal
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final
 
 import anyio
@@ -40,6 +52,7 @@ import msgspec
 from protocol import (
     MAX_FRAME_BYTES,
     VERSION,
+    CallStats,
     ChannelClosed,
     FdChannel,
     Kind,
@@ -53,51 +66,98 @@ from protocol import (
 )
 
 from .._budget import Budget, given
-from .._children import CgroupSet, Child, Pool, Spawn, acquire, kill_tree, python_stack
+from .._children import REMAINS, Child, Pool, Spawn, acquire, kill_tree, python_stack
 from .._errors import SpawnFailed
-from .._result import RunResult, program_failure
+from .._result import Answer, Cause, Ending, Output, RunResult, Verdict, run_result
 from ._levels import Level
 from ._tools import Toolset
 
 __all__ = ["run_process"]
 
 #: How long a runner that has sent its Result (or been told to stop) gets to exit by
-#: itself, and again after SIGTERM, before SIGKILL. Short: a runner that has answered has
-#: nothing left to do, and one that has not answered gets no say.
+#: itself, and again after SIGTERM, before SIGKILL, where the host has no cgroups; and how
+#: long the host waits for the exit status of a runner that died without answering.
 _GRACE: Final = 0.5
-#: The longest the end of a run may take (killing, reaping, removing); it is shielded from
+#: The longest the end of a run may take (killing, reaping); it is shielded from
 #: cancellation, so it needs a deadline of its own.
 _CLEANUP_DEADLINE: Final = 10.0
 #: CPU time (all CPUs together) the run may use past ``max_cpu`` before it is killed: the
 #: CPU watcher's shortest sleep, times the number of CPUs.
 _CPU_SLACK: Final = 0.02
+_READ_CHUNK: Final = 1 << 16
 
 
 @dataclass
+class _Measured:
+    """What the host measured of a run once it was stopped."""
+
+    disk_hit: bool = False
+    memory_hit: bool = False
+    pids_hit: bool = False
+    cpu_time: float | None = None
+    peak_memory: int | None = None
+
+
 class _Output:
-    """A capped capture of one output stream (``cap`` None: all of it)."""
+    """A capped capture of one output stream, drained from its pipe until told to stop.
 
-    cap: int | None
-    data: bytearray = field(default_factory=bytearray)
-    total: int = 0
+    Once the run's processes can no longer write (:meth:`stop`), it reads what is left in
+    the pipe, to its last byte, without waiting for the end of file (which comes only once
+    every process holding the pipe has been torn down).
+    """
 
-    async def drain(self, channel: FdChannel) -> None:
-        with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
-            while True:
-                chunk = await channel.receive()
-                if not chunk:
+    def __init__(self, fd: int, cap: int | None) -> None:
+        self.fd = fd
+        self.cap = cap
+        self.data = bytearray()
+        self.total = 0
+        self._stopping = False
+        self._wait: anyio.CancelScope | None = None
+        os.set_blocking(fd, False)
+
+    async def drain(self) -> None:
+        while True:
+            try:
+                chunk = os.read(self.fd, _READ_CHUNK)
+            except BlockingIOError:
+                if self._stopping:
                     return
-                self.total += len(chunk)
-                room = len(chunk) if self.cap is None else self.cap - len(self.data)
-                if room > 0:
-                    self.data += chunk[:room]
+                with anyio.CancelScope() as self._wait:
+                    await anyio.wait_readable(self.fd)
+                self._wait = None
+                continue
+            except OSError:
+                return
+            if not chunk:
+                return
+            self._keep(chunk)
 
-    def text(self) -> str:
-        return self.data.decode("utf-8", "replace")
+    def _keep(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        room = len(chunk) if self.cap is None else self.cap - len(self.data)
+        if room > 0:
+            self.data += chunk[:room]
 
-    @property
-    def truncated(self) -> bool:
-        return self.total > len(self.data)
+    def read_now(self) -> None:
+        """Read what is in the pipe now, without waiting."""
+        while True:
+            try:
+                chunk = os.read(self.fd, _READ_CHUNK)
+            except OSError:  # BlockingIOError included: nothing more now
+                return
+            if not chunk:
+                return
+            self._keep(chunk)
+
+    def stop(self) -> None:
+        """Read what is in the pipe now, then stop (the writers are gone or killed)."""
+        self._stopping = True
+        if self._wait is not None:
+            self._wait.cancel()
+
+    def captured(self) -> Output:
+        text = self.data.decode("utf-8", "replace")
+        return Output(text=text, truncated=self.total > len(self.data), total=self.total)
 
 
 def _set_rlimits(pid: int, budget: Budget, *, cpu_watched: bool) -> None:
@@ -120,15 +180,14 @@ def _too_large(program: str, toolset: Toolset, level: Level) -> RunResult | None
     size = len(msgspec.json.encode(program)) + len(msgspec.json.encode(toolset.bindings()))
     if size <= MAX_FRAME_BYTES:
         return None
-    return RunResult(
-        ok=False,
-        kind=Kind.INVALID,
-        cause="protocol",
-        error=f"the program and its bindings are {size / (1 << 20):.1f} MiB as JSON, and a "
+    verdict = Verdict(
+        Kind.INVALID,
+        Cause.PROTOCOL,
+        f"the program and its bindings are {size / (1 << 20):.1f} MiB as JSON, and a "
         f"Start frame holds at most {MAX_FRAME_BYTES >> 20} MiB (MAX_FRAME_BYTES): nothing "
         "was started",
-        level=level.value,
     )
+    return run_result(Ending(level=level.value, wall_time=0.0, verdict=verdict))
 
 
 async def run_process(
@@ -146,7 +205,7 @@ async def run_process(
     At ``confined``, the child puts up the confined level's walls (namespaces, the
     filesystem view, Landlock, seccomp) before it reads its Start. With
     ``stack_on_timeout``, a run killed at its wall clock carries the program's Python stack
-    (see :mod:`sandbox._stack`).
+    (see :mod:`sandbox._children._stack`).
 
     Raises:
         SpawnFailed: the child could not be started (nothing is left behind).
@@ -154,6 +213,7 @@ async def run_process(
     too_large = _too_large(program, toolset, level)
     if too_large is not None:
         return too_large
+    await REMAINS.room()  # a host that outruns its clearing waits here
     t0 = time.perf_counter()
     child = await acquire(
         spawn,
@@ -161,74 +221,54 @@ async def run_process(
         use_cgroups=use_cgroups,
         disk_bytes=given(budget.max_disk),
     )
-    start_ch = FdChannel(*child.start_fds)
-    call_ch = FdChannel(*child.call_fds)
-    out_ch = FdChannel(child.out_fd, child.out_fd)
-    err_ch = FdChannel(child.err_fd, child.err_fd)
-    child.hand_over()
-    run = _Run(child, budget, t0, start_ch, level)
-    run.stack_wanted = stack_on_timeout
+    run = _Run(child, budget, level, t0, stack_wanted=stack_on_timeout)
     try:
-        not_ready = await child.wait_ready()
-        if not_ready is not None:
-            return await run.refused(not_ready, out_ch, err_ch)
-        try:
-            with child.limits_access():  # the run's own uid, on a root host
-                run.apply_limits()
-        except OSError as exc:
-            raise SpawnFailed(f"cannot set the run's limits: {exc}") from exc
-        return await run.drive(program, toolset, start_ch, call_ch, out_ch, err_ch)
+        return run_result(await run.go(program, toolset))
     finally:
         with anyio.CancelScope(shield=True), anyio.move_on_after(_CLEANUP_DEADLINE):
-            call_ch.close()
-            await run.end()  # closes the start channel at the right moment
-            for ch in (out_ch, err_ch):
-                ch.close()
-        if child.refill is not None:
-            # The pool's replacement for this child is made once the run is over, in the
-            # background: neither the fork nor the walls compete with the run.
-            child.refill()
-
-
-async def _until_empty(cgroups: CgroupSet, seconds: float) -> None:
-    """Poll (there is nothing to wait on in cgroup v1) until ``cgroups`` hold no process."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if not cgroups.pids():
-            return
-        await anyio.sleep(0.001)
+            await run.finish()
 
 
 class _Run:
-    """The state of one process-level run, from its child's request to its reaping."""
+    """One process-level run, from its child's readiness to the hand-over of its remains."""
 
     def __init__(
-        self, child: Child, budget: Budget, t0: float, start_ch: FdChannel, level: Level
+        self, child: Child, budget: Budget, level: Level, t0: float, *, stack_wanted: bool
     ) -> None:
-        self.level = level
         self.child = child
-        self.start_ch = start_ch
-        self.cgroups = child.cgroups
         self.budget = budget
+        self.level = level
         self.t0 = t0
-        self.ended = False
-        self.memory_hit = False
-        self.pids_hit = False
-        self.disk_hit = False  # the run's own file system was full when it ended
-        self.peak_memory: int | None = None
-        self.stack_wanted = False
+        self.stack_wanted = stack_wanted
+        self.cgroups = child.cgroups
+        self.start_ch = FdChannel(*child.start_fds)
+        self.call_ch = FdChannel(*child.call_fds)
+        self.stdout = _Output(child.out_fd, given(budget.max_output))
+        self.stderr = _Output(child.err_fd, given(budget.max_output))
+        child.hand_over()
+        self.stopped = False
+        self.finished = False
         self.cpu_hit = False  # the CPU watcher ended the run
-        self.cpu_used: float | None = None  # the run's CPU time, from its cgroup
-        self.stack: str | None = None
-        self.stack_error: str | None = None
+        self.stack: tuple[str | None, str | None] = (None, None)
+        # What the host measured once the run was stopped (see stop()).
+        self.measured = _Measured()
 
-    @property
-    def status(self) -> int | None:
-        exited = self.child.exited
-        return None if exited is None else exited.status
+    # -- the run ------------------------------------------------------------------------
 
-    def apply_limits(self) -> None:
-        """Set the run's limits on its cgroups and on every process it has (before Start).
+    async def go(self, program: str, toolset: Toolset) -> Ending:
+        """Make the child ready, set its limits, and run the program (or say why not)."""
+        not_ready = await self.child.wait_ready()
+        if not_ready is not None:
+            return await self._refused(not_ready)
+        try:
+            with self.child.limits_access():  # the run's own uid, on a root host
+                self._apply_limits()
+        except OSError as exc:
+            raise SpawnFailed(f"cannot set the run's limits: {exc}") from exc
+        return await self.drive(program, toolset)
+
+    def _apply_limits(self) -> None:
+        """Set the run's limits on its cgroups and on its runner process (before Start).
 
         Raises:
             OSError: a limit could not be set.
@@ -236,43 +276,27 @@ class _Run:
         budget = self.budget
         if self.cgroups is not None:
             self.cgroups.set_limits(memory=budget.max_memory, pids=given(budget.max_processes))
-        for pid in self._runner_pids():
-            _set_rlimits(pid, budget, cpu_watched=self._cpu_watched())
+        if self.child.pid is not None:
+            _set_rlimits(self.child.pid, budget, cpu_watched=self._cpu_watched())
 
-    async def refused(self, reason: str, out_ch: FdChannel, err_ch: FdChannel) -> RunResult:
-        """The result of a run whose child could not be made ready (no Start was sent)."""
-        await self.end()
-        stderr = _Output(given(self.budget.max_output))
-        with anyio.move_on_after(_GRACE):
-            await stderr.drain(err_ch)
-        confinement = self._exit_code() == RunnerExit.NOT_CONFINED
-        return RunResult(
-            ok=False,
-            kind=Kind.DENIED if confinement else Kind.UNKNOWN,
-            cause="confinement" if confinement else "crash",
-            error=reason,
-            stderr=stderr.text(),
-            stderr_truncated=stderr.truncated,
-            stderr_bytes=stderr.total,
-            wall_time=time.perf_counter() - self.t0,
-            exit_code=self._exit_code(),
-            signal=self._signal(),
-            level=self.level.value,
+    async def _refused(self, reason: str) -> Ending:
+        """A child that could not be made ready: no Start was sent; its stderr and exit
+        status say why (a runner that could not put up its walls exits NOT_CONFINED)."""
+        await self.stop(answered=False)
+        await self.child.wait_exit(_GRACE)
+        self.stderr.read_now()
+        confinement = _exit_code(self.child) == RunnerExit.NOT_CONFINED
+        verdict = Verdict(
+            Kind.DENIED if confinement else Kind.UNKNOWN,
+            Cause.CONFINEMENT if confinement else Cause.CRASH,
+            reason,
         )
+        return self._ending(verdict=verdict)
 
-    async def drive(
-        self,
-        program: str,
-        toolset: Toolset,
-        start_ch: FdChannel,
-        call_ch: FdChannel,
-        out_ch: FdChannel,
-        err_ch: FdChannel,
-    ) -> RunResult:
+    async def drive(self, program: str, toolset: Toolset) -> Ending:
+        """Serve the run's calls and capture its output until it answers or is stopped."""
         budget = self.budget
-        server = Server(call_ch, toolset.handle, budget.call_limits())
-        stdout = _Output(given(budget.max_output))
-        stderr = _Output(given(budget.max_output))
+        server = Server(self.call_ch, toolset.handle, budget.call_limits())
         start = Start(
             v=VERSION,
             program=program,
@@ -281,203 +305,121 @@ class _Run:
             result_id=uuid.uuid4().hex,
         )
         result: Result | None = None
-        failure: tuple[Kind, str, str] | None = None  # kind, cause, error
-        server_error: Exception | None = None
-
+        verdict: Verdict | None = None
+        broke_wire: list[str] = []
         run_scope = anyio.CancelScope()
 
         async def serve() -> None:
-            nonlocal server_error
             try:
                 await server.serve()
             except RemoteProtocolError as exc:
-                server_error = exc
+                broke_wire.append(str(exc))
                 run_scope.cancel()  # a child that breaks the wire gets no more say
-            except anyio.BrokenResourceError as exc:
-                server_error = exc
+            except anyio.BrokenResourceError:
+                pass
 
-        drained = anyio.Event()
-        pending_drains = 2
-
-        async def drain(output: _Output, channel: FdChannel) -> None:
-            nonlocal pending_drains
-            await output.drain(channel)
-            pending_drains -= 1
-            if not pending_drains:
-                drained.set()
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(drain, stdout, out_ch)
-            tg.start_soon(drain, stderr, err_ch)
-            tg.start_soon(serve)
-            if budget.max_cpu is not None and self._cpu_watched():
-                tg.start_soon(self.watch_cpu, budget.max_cpu, run_scope)
-            wall_clock = given(budget.wall_clock)
-            with run_scope, anyio.move_on_after(wall_clock or math.inf) as wall:
-                try:
-                    result = await Starter(start_ch).start(start)
-                except RemoteProtocolError as exc:
-                    failure = (Kind.UNKNOWN, "protocol", f"the child broke the protocol: {exc}")
-                except LocalProtocolError as exc:
-                    # The Start cannot be sent (larger than a frame; a Budget never holds
-                    # what the wire cannot carry): the child got nothing, and no retry of
-                    # this run can change that.
-                    failure = (Kind.INVALID, "protocol", f"the run cannot be started: {exc}")
-                except (ChannelClosed, anyio.BrokenResourceError):
-                    failure = None  # decided below, once we know how the child ended
-            if wall.cancelled_caught:
-                failure = (
-                    Kind.LIMIT,
-                    "wall_clock",
-                    f"wall-clock limit of {wall_clock} s reached; the run was killed",
-                )
-                if self.stack_wanted:
-                    self.stack, self.stack_error = await python_stack(self._program_pid())
-            elif self.cpu_hit and result is None:
-                failure = (
-                    Kind.LIMIT,
-                    "cpu",
-                    f"CPU limit of {budget.max_cpu} s reached; the run was killed",
-                )
-            # The run is over: stop everything, then let the drains see EOF.
-            call_ch.close()
-            with anyio.CancelScope(shield=True):
-                await self.end(answered=result is not None)
-            # Every process of the run is dead, so the output pipes are at EOF unless
-            # something outside the run holds them; do not wait on that for long.
-            with anyio.move_on_after(_GRACE):
-                await drained.wait()
-            tg.cancel_scope.cancel()
-
-        stats = server.statistics()
-        if failure is None and isinstance(server_error, RemoteProtocolError):
-            failure = (Kind.UNKNOWN, "protocol", f"the child broke the protocol: {server_error}")
-        if failure is None and result is None:
-            failure = self._explain_death()
-        base = RunResult(
-            ok=False,
-            stdout=stdout.text(),
-            stderr=stderr.text(),
-            stdout_truncated=stdout.truncated,
-            stderr_truncated=stderr.truncated,
-            stdout_bytes=stdout.total,
-            stderr_bytes=stderr.total,
-            calls=stats.calls,
-            bytes=stats.bytes,
-            reported_calls=None if result is None else result.calls,
-            reported_bytes=None if result is None else result.bytes,
-            wall_time=time.perf_counter() - self.t0,
-            cpu_time=self._cpu_time(),
-            peak_memory=self.peak_memory,
-            exit_code=self._exit_code(),
-            signal=self._signal(),
-            level=self.level.value,
-            stack=self.stack,
-            stack_error=self.stack_error,
+        async with anyio.create_task_group() as outputs:
+            outputs.start_soon(self.stdout.drain)
+            outputs.start_soon(self.stderr.drain)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(serve)
+                if budget.max_cpu is not None and self._cpu_watched():
+                    tg.start_soon(self._watch_cpu, budget.max_cpu, run_scope)
+                wall_clock = given(budget.wall_clock)
+                with run_scope, anyio.move_on_after(wall_clock or math.inf) as wall:
+                    try:
+                        result = await Starter(self.start_ch).start(start)
+                    except RemoteProtocolError as exc:
+                        broke_wire.append(str(exc))
+                    except LocalProtocolError as exc:
+                        # The Start cannot be sent (larger than a frame): the child got
+                        # nothing, and no retry of this run can change that.
+                        verdict = Verdict(
+                            Kind.INVALID, Cause.PROTOCOL, f"the run cannot be started: {exc}"
+                        )
+                    except (ChannelClosed, anyio.BrokenResourceError):
+                        pass  # decided from how the child ended
+                if wall.cancelled_caught:
+                    verdict = Verdict(
+                        Kind.LIMIT,
+                        Cause.WALL_CLOCK,
+                        f"wall-clock limit of {wall_clock} s reached; the run was killed",
+                    )
+                    if self.stack_wanted and self.child.pid is not None:  # before the kill
+                        self.stack = await python_stack(self.child.pid)
+                elif self.cpu_hit and result is None:
+                    verdict = Verdict(
+                        Kind.LIMIT,
+                        Cause.CPU,
+                        f"CPU limit of {budget.max_cpu} s reached; the run was killed",
+                    )
+                with anyio.CancelScope(shield=True):
+                    await self.stop(answered=result is not None or verdict is not None)
+                tg.cancel_scope.cancel()
+            # Every process of the run is dead or cannot run again: what they wrote is in
+            # the pipes; read it to its end.
+            self.stdout.stop()
+            self.stderr.stop()
+        answer = None
+        if result is not None:
+            answer = Answer(
+                ok=result.ok,
+                value=result.value,
+                kind=result.kind,
+                error=result.error,
+                calls=result.calls,
+                bytes=result.bytes,
+            )
+        return self._ending(
+            answer=answer,
+            verdict=verdict,
+            broke_wire=broke_wire[0] if broke_wire else None,
+            stats=server.statistics(),
         )
-        replace = msgspec.structs.replace
-        if failure is not None:
-            kind, cause, error = failure
-            return replace(base, kind=kind, cause=cause, error=error)
-        assert result is not None
-        if not result.ok:
-            limit_seen = stats.limited > 0 or self.memory_hit or self.pids_hit
-            fields = program_failure(result.kind, result.error, result.value, limit_seen=limit_seen)
-            if fields["kind"] is Kind.LIMIT and self.memory_hit:
-                fields["cause"] = "memory"
-            if self._exit_code() == RunnerExit.NOT_CONFINED:
-                fields["cause"] = "confinement"
-            if self.disk_hit and fields["kind"] in (Kind.RAISED, Kind.UNKNOWN):
-                # Decided here, from the host's own look at the run's file system (what
-                # the program raised, ENOSPC or any other, is only its word).
-                fields.update(
-                    kind=Kind.LIMIT,
-                    cause="disk",
-                    error=f"the run's file system (max_disk: {self.budget.max_disk} bytes) "
-                    f"was full when the program failed:\n{fields['error']}",
-                )
-            return replace(base, **fields)
-        try:
-            value = msgspec.json.decode(result.value) if result.value else None
-        except msgspec.DecodeError:
-            return replace(
-                base,
-                kind=Kind.UNKNOWN,
-                cause="protocol",
-                error="the child's Result value is not JSON",
-            )
-        return replace(base, ok=True, value=value)
 
-    def _explain_death(self) -> tuple[Kind, str, str]:
-        sig = self._signal()
-        code = self._exit_code()
-        how = f"signal {signal.Signals(sig).name}" if sig else f"exit code {code}"
-        if self.memory_hit:
-            return (
-                Kind.LIMIT,
-                "memory",
-                f"memory limit of {self.budget.max_memory} bytes reached; the run was killed",
-            )
-        if self.pids_hit:
-            return (
-                Kind.LIMIT,
-                "processes",
-                f"process limit of {self.budget.max_processes} reached, and the runner ended "
-                f"({how}) without sending a Result",
-            )
-        if sig in (signal.SIGXCPU, signal.SIGKILL) and self.budget.max_cpu is not None:
-            cpu = self._cpu_time()
-            if sig == signal.SIGXCPU or (cpu is not None and cpu >= self.budget.max_cpu):
-                return (
-                    Kind.LIMIT,
-                    "cpu",
-                    f"CPU limit of {self.budget.max_cpu} s reached; the run was killed",
-                )
-        return (Kind.UNKNOWN, "crash", f"the runner ended ({how}) without sending a Result")
+    def _ending(
+        self,
+        *,
+        answer: Answer | None = None,
+        verdict: Verdict | None = None,
+        broke_wire: str | None = None,
+        stats: CallStats | None = None,
+    ) -> Ending:
+        """Everything the host saw of the run (once it is stopped)."""
+        stack, stack_error = self.stack
+        m = self.measured
+        return Ending(
+            level=self.level.value,
+            wall_time=time.perf_counter() - self.t0,
+            status=None if self.child.exited is None else self.child.exited.status,
+            limits={
+                "max_memory": self.budget.max_memory,
+                "max_processes": given(self.budget.max_processes),
+                "max_cpu": self.budget.max_cpu,
+                "max_disk": given(self.budget.max_disk),
+            },
+            stdout=self.stdout.captured(),
+            stderr=self.stderr.captured(),
+            stack=stack,
+            stack_error=stack_error,
+            answer=answer,
+            verdict=verdict,
+            broke_wire=broke_wire,
+            stats=stats,
+            disk_hit=m.disk_hit,
+            memory_hit=m.memory_hit,
+            pids_hit=m.pids_hit,
+            cpu_time=m.cpu_time,
+            peak_memory=m.peak_memory,
+        )
 
-    def _kill_all(self, spare: frozenset[int]) -> None:
-        if self.cgroups is not None:
-            self.cgroups.kill_all(spare=spare)
-            return
-        pid = self.child.pid
-        if pid is not None and not self.child.exit_seen():
-            kill_tree(pid)
-        if not spare and pid is not None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGKILL)
-
-    def _runner_pids(self) -> frozenset[int]:
-        """The runner's own process (for a confined run: PID 1 of its namespace)."""
-        pid = self.child.pid
-        return frozenset() if pid is None else frozenset({pid})
-
-    def _program_pid(self) -> int:
-        """The process that runs the program."""
-        pid = self.child.pid
-        assert pid is not None  # the run has started
-        return pid
-
-    def _exit_code(self) -> int | None:
-        if self.status is None or not os.WIFEXITED(self.status):
-            return None
-        return os.WEXITSTATUS(self.status)
-
-    def _signal(self) -> int | None:
-        if self.status is None or not os.WIFSIGNALED(self.status):
-            return None
-        return os.WTERMSIG(self.status)
+    # -- limits --------------------------------------------------------------------------
 
     def _cpu_watched(self) -> bool:
         """Whether the run's CPU time, all its processes together, can be read as it runs."""
         return self.cgroups is not None and "cpuacct" in self.cgroups.dirs
 
-    def _cpu_time(self) -> float | None:
-        if self.cpu_used is not None:
-            return self.cpu_used
-        exited = self.child.exited
-        return None if exited is None else exited.utime + exited.stime
-
-    async def watch_cpu(self, limit: float, stop: anyio.CancelScope) -> None:
+    async def _watch_cpu(self, limit: float, stop: anyio.CancelScope) -> None:
         """End the run (``stop``) once its processes together have used ``limit`` CPU
         seconds.
 
@@ -499,60 +441,95 @@ class _Run:
                 return
             await anyio.sleep(max((limit - used) / cpus, _CPU_SLACK / cpus))
 
+    # -- the end -------------------------------------------------------------------------
+
+    async def stop(self, *, answered: bool) -> None:
+        """Make every process of the run unable to run program code again; measure.
+
+        Idempotent. With cgroups, SIGKILL to every process of the run, and the run's
+        measurements are read at once; a runner that did not answer and was not stopped
+        by the host is waited for briefly, for the exit status that explains it. Without
+        cgroups, the slower way of the module docstring.
+
+        Args:
+            answered: the runner sent its Result, or the host itself ended the run (its
+                exit status explains nothing).
+        """
+        if self.stopped:
+            return
+        self.stopped = True
+        self.call_ch.close()
+        cgroups = self.cgroups
+        if cgroups is None:
+            await self._stop_tree(answered=answered)
+        else:
+            cgroups.kill_all()
+            self.start_ch.close()
+            if not answered:
+                await self.child.wait_exit(_GRACE)
+        m = self.measured
+        m.disk_hit = self.child.disk_full()
+        if cgroups is not None:
+            m.cpu_time = cgroups.cpu_time()
+            m.memory_hit = cgroups.memory_exceeded()
+            m.pids_hit = cgroups.pids_exceeded()
+            m.peak_memory = cgroups.memory_peak()
+        elif self.child.exited is not None:
+            exited = self.child.exited
+            m.cpu_time, m.peak_memory = exited.utime + exited.stime, exited.maxrss
+
+    async def _stop_tree(self, *, answered: bool) -> None:
+        """The end without cgroups: the runner holds the run's processes in its tree."""
+        child = self.child
+        pid = child.pid
+        if pid is not None and not child.exit_seen():
+            kill_tree(pid)  # everything the program started, while the runner holds it
+        self.start_ch.close()  # the runner may go now
+        if pid is not None and not await child.wait_exit(_GRACE if answered else 0):
+            # (PID 1 of a namespace takes from outside only the signals it handles: a
+            # confined runner goes straight to SIGKILL.)
+            if self.level is not Level.CONFINED:
+                self._signal_runner(signal.SIGTERM)
+            if self.level is Level.CONFINED or not await child.wait_exit(_GRACE):
+                self._signal_runner(signal.SIGKILL)
+                await child.wait_exit(_CLEANUP_DEADLINE)
+        if pid is not None:
+            kill_tree(pid)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+        if child.exited is None and not child.zygote_lost and pid is not None:
+            await child.wait_exit(_GRACE)
+
     def _signal_runner(self, sig: signal.Signals) -> None:
         if self.child.pidfd is not None:
             with contextlib.suppress(ProcessLookupError, OSError):
                 signal.pidfd_send_signal(self.child.pidfd, sig)
 
-    async def end(self, *, answered: bool = False) -> None:
-        """Kill everything the run started, wait for the runner; remove what it made.
+    async def finish(self) -> None:
+        """Stop the run if it is not yet, close the host's ends, hand the remains over.
 
-        Idempotent. The zygote reaps the runner and whatever the run left under it.
-
-        Args:
-            answered: the runner sent its Result, so it is given a grace period to exit by
-                itself; otherwise it is sent SIGTERM at once.
+        Idempotent; called however the run ended (cancellation and errors included).
         """
-        if self.ended:
+        if self.finished:
             return
-        self.ended = True
-        child = self.child
+        self.finished = True
         try:
-            # 1. Everything the program started dies at once, while the runner (their
-            #    subreaper) still holds the tree together. A run that did not answer gets
-            #    no more say: with cgroups, which find every process of the run whatever
-            #    its parent, the runner goes in the same pass.
-            spare = frozenset() if not answered and self.cgroups else self._runner_pids()
-            self._kill_all(spare=spare)
-            self.start_ch.close()  # the runner may go now
-            # 2. The runner: after a Result it exits by itself once it reads EOF on the
-            #    start channel (closed just now); otherwise, or if something holds it up
-            #    (threads the program left running), SIGTERM, a grace period, SIGKILL.
-            if child.pid is not None and not await child.wait_exit(_GRACE if answered else 0):
-                # (PID 1 of a namespace takes from outside only the signals it handles:
-                # a confined runner goes straight to SIGKILL.)
-                if self.level is not Level.CONFINED:
-                    self._signal_runner(signal.SIGTERM)
-                if self.level is Level.CONFINED or not await child.wait_exit(_GRACE):
-                    self._signal_runner(signal.SIGKILL)
-                    await child.wait_exit(_CLEANUP_DEADLINE)
-            # 3. Anything started while the runner was being stopped.
-            self._kill_all(spare=frozenset())
-            if child.exited is None and not child.zygote_lost and child.pid is not None:
-                # The zygote reports the status right after it reaps: worth a short wait.
-                await child.wait_exit(_GRACE)
-            # 4. With cgroups, every process of the run is listed until it is reaped: the
-            #    run is over once none is (a process that outlived the runner by a moment,
-            #    killed in the same pass, is reaped by the zygote a moment later).
-            if self.cgroups is not None:
-                await _until_empty(self.cgroups, _CLEANUP_DEADLINE)
+            await self.stop(answered=True)
         finally:
-            if self.cgroups is not None:
-                self.cpu_used = self.cgroups.cpu_time()
-                self.memory_hit = self.cgroups.memory_exceeded()
-                self.pids_hit = self.cgroups.pids_exceeded()
-                self.peak_memory = self.cgroups.memory_peak()
-            elif child.exited is not None:
-                self.peak_memory = child.exited.maxrss
-            self.disk_hit = child.disk_full()
-            child.release()
+            for channel in (self.start_ch, self.call_ch):
+                channel.close()
+            for fd in (self.stdout.fd, self.stderr.fd):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            REMAINS.put(self.child)
+            if self.child.refill is not None:
+                # The pool's replacement for this child is made now, in the background:
+                # neither the fork nor the walls compete with the run.
+                self.child.refill()
+
+
+def _exit_code(child: Child) -> int | None:
+    status = None if child.exited is None else child.exited.status
+    if status is None or not os.WIFEXITED(status):
+        return None
+    return os.WEXITSTATUS(status)

@@ -17,7 +17,7 @@ import pytest
 import sandbox
 from protocol import CGROUP_PREFIX
 from sandbox import Pool, Spawn
-from sandbox._children import _supervisor
+from sandbox._children import REMAINS, _supervisor
 from sandbox._children._reaper import _CONTROLLERS, _OPTIONAL, _base
 
 SPAWN_MODES = [Spawn.COLD, Spawn.ZYGOTE, Spawn.POOL]
@@ -139,14 +139,17 @@ def run_cgroups() -> set[Path]:
 def nothing_left_behind() -> Iterator[None]:
     """After each test: no run's process, zombie, working directory or cgroup remains.
 
-    The zygote reaps a run's processes as they die, a few milliseconds after the run
-    returns (the run itself returns only once they are dead); this waits up to two
-    seconds for that, and fails the test if anything is still there.
+    A run returns once every process of it has been sent SIGKILL; the teardown, the
+    reaping and the removal of what it made (its remains) follow in the background. This
+    waits until the host has cleared every remains (as closing the host would), then up
+    to two seconds more for the zygote's reaping, and fails the test if anything is
+    still there.
     """
     dirs_before = run_dirs()
     cgroups_before = run_cgroups()
     procs_before = {p.pid for p in run_processes()}
     yield
+    assert REMAINS.wait_empty(30.0), f"{REMAINS.pending()} remains not cleared in 30 s"
     deadline = time.monotonic() + 2.0
     while True:
         left = [p for p in run_processes() if p.pid not in procs_before]
@@ -163,3 +166,32 @@ def nothing_left_behind() -> Iterator[None]:
     assert zombies == [], f"zombies left: {zombies}"
     assert run_dirs() - dirs_before == set()
     assert run_cgroups() - cgroups_before == set()
+
+
+#: ``PF_EXITING`` in /proc/<pid>/stat's flags: the process is in the kernel's exit path.
+_PF_EXITING = 0x4
+_SIGKILL_BIT = 1 << (9 - 1)
+
+
+def cannot_run_program_code(pid: int) -> bool:
+    """Whether ``pid`` can never again execute an instruction of a program: it is gone, a
+    zombie, in the kernel's exit path, or has SIGKILL pending (a process never returns to
+    user space with SIGKILL pending). What a run guarantees of every process of it once
+    ``run`` has returned; their teardown and reaping may still be under way."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        with open(f"/proc/{pid}/status") as f:
+            status = f.read()
+    except OSError:
+        return True  # gone
+    fields = stat[stat.rindex(b")") + 2 :].split()
+    state, flags = fields[0], int(fields[6])
+    if state in (b"Z", b"X", b"x") or flags & _PF_EXITING:
+        return True
+    pending = 0
+    for line in status.splitlines():
+        key, _, value = line.partition(":")
+        if key in ("SigPnd", "ShdPnd"):
+            pending |= int(value.strip(), 16)
+    return bool(pending & _SIGKILL_BIT)

@@ -11,8 +11,9 @@ import pytest
 
 import sandbox
 from sandbox import Budget, Spawn, Tool
+from sandbox._children import REMAINS
 
-from .conftest import run_cgroups, run_dirs, run_processes, runs_pool
+from .conftest import cannot_run_program_code, run_cgroups, run_dirs, run_processes, runs_pool
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("spawn")]
 
@@ -28,7 +29,9 @@ def echo(n: int) -> int:
 
 
 def settle() -> None:
-    """Let a pool finish its refills (each run asks for one in the background)."""
+    """Let the host clear every run's remains, and a pool finish its refills (each run
+    asks for one in the background)."""
+    assert REMAINS.wait_empty(30.0), f"{REMAINS.pending()} remains not cleared in 30 s"
     pool = runs_pool()
     if pool is not None:
         assert pool.wait_full(30)
@@ -115,12 +118,15 @@ FORKS = (
     [SLEEPS, IGNORES_SIGTERM, FORKS],
     ids=["sleeps", "ignores_sigterm", "forks_and_ignores_sigterm"],
 )
-async def test_cancel_returns_after_the_child_is_reaped(program: str) -> None:
-    """Cancelling the host's task mid-run returns only once every process is reaped."""
+async def test_cancel_returns_once_no_process_can_run_program_code(program: str) -> None:
+    """Cancelling the host's task mid-run returns only once no process of the run can
+    execute program code again; the remains are cleared soon after."""
     dirs = run_dirs()
     cgroups = run_cgroups()
     pids = await cancel_mid_run(program)
     # Right after the cancel scope: no sleep, no retry.
+    assert [pid for pid in pids if not cannot_run_program_code(pid)] == []
+    assert REMAINS.wait_empty(30.0)
     assert [pid for pid in pids if psutil.pid_exists(pid)] == []
     settle()  # (a pool's replacement for the child may be on its way: not a leftover)
     assert run_processes() == []

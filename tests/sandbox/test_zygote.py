@@ -22,7 +22,7 @@ from sandbox._children import _supervisor
 from sandbox._children._reaper import _CONTROLLERS, _base
 from tests.host import child_levels
 
-from .conftest import run_processes
+from .conftest import cannot_run_program_code, run_processes
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("spawn")]
 
@@ -39,14 +39,19 @@ REUSED = (
 
 @pytest.mark.parametrize("level", CHILD_LEVELS)
 async def test_no_child_serves_two_runs(level: Level) -> None:
-    """Each run is the first program its process ever ran, and the process is gone after."""
+    """Each run is the first program its process ever ran, and the process can run no
+    program code once the run is over (it has SIGKILL pending, or is gone)."""
     for _ in range(6):
         result = await sandbox.run(REUSED, level=level)
         assert result.ok, result.error
-        before, pid, _ = result.value
+        before, pid, started = result.value
         assert before == 0
         if level is Level.PROCESS:  # (confined: a pid of the run's own namespace)
-            assert not psutil.pid_exists(pid) or psutil.Process(pid).create_time() > time.time()
+            try:
+                reused = psutil.Process(pid).create_time() > started
+            except psutil.NoSuchProcess:
+                continue  # gone (and its pid not taken again)
+            assert reused or cannot_run_program_code(pid)
 
 
 def kill_zygote() -> int:
