@@ -32,11 +32,16 @@ typecheck: $(STAMP)
 
 # pytest exits 5 when it collects no tests; that must fail CI, not pass silently, so it is
 # left as a failure here on purpose.
+# Tests run in two worker processes (pytest-xdist): a test waits on its children most of
+# the time, so two workers on two cores take about half as long. WORKERS=0: in this one.
+WORKERS ?= 2
+PYTEST := $(BIN)/python -m pytest -n $(WORKERS) --dist worksteal
+
 pytest: $(STAMP)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(PYTEST) $(PYTEST_ARGS)
 
 pytest-fast: $(STAMP)
-	SANDBOX_TESTS=fast $(BIN)/python -m pytest $(PYTEST_ARGS)
+	SANDBOX_TESTS=fast $(PYTEST) $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.bench_wire
