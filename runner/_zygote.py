@@ -585,7 +585,13 @@ def _keeper(control: socket.socket, host: int) -> NoReturn:
 
 
 def _prepare() -> None:
-    """Import what every runner needs, once, so that no child pays for it."""
+    """Import what every runner needs, once, so that no child pays for it.
+
+    That includes :mod:`asyncio`, which only a program that awaits uses: imported here it
+    costs each child shared pages, imported in the child it costs a program that awaits
+    tens of milliseconds (a cold runner, the reference point, still pays that).
+    """
+    import asyncio  # noqa: F401
     import ctypes  # noqa: F401
     import fcntl  # noqa: F401
 
