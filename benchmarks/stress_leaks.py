@@ -1,0 +1,215 @@
+"""Leak stress: thousands of runs, then count what they left on the host.
+
+Usage::
+
+    .venv/bin/python -m benchmarks.stress_leaks [--runs 10000] [--concurrency 4]
+        [--level process --level confined] [--spawn zygote --spawn pool]
+        [--backend asyncio] [--json PATH]
+
+Not a timing claim: a reliability one, for the guarantee a run makes since it returns
+before its remains are cleared (:mod:`sandbox._children._remains`): once every run has
+returned and the host has cleared every remains, nothing of any run is left. The runs mix
+four programs, in turn: a trivial one, one host call, one that forks a child that sleeps
+(killed with the run), and, every 50th run, one that outlives its 0.5 s wall clock. While
+they run, the number of remains waiting to be cleared is sampled after every run and must
+never pass its bound. At the end the host closes its pools, waits until every remains is
+cleared, and counts, against a count taken before the first run: the processes under its
+zygotes and under itself, its runs' working directories and cgroups, and its own open
+descriptors. The exit status is 0 only when every run returned what its program should
+and nothing was left.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+import psutil
+
+import sandbox
+from protocol import CGROUP_PREFIX
+from sandbox import Budget, Level, Pool, RunResult, Spawn
+from sandbox._children import REMAINS, _supervisor
+from sandbox._children._reaper import _CONTROLLERS, _OPTIONAL, _base
+from sandbox._children._remains import MAX_PENDING
+
+from ._machine import environment, git_head
+
+FORKS = """
+import os, time
+if os.fork() == 0:
+    time.sleep(600)
+    os._exit(0)
+1
+"""
+#: Every this many runs, a program that outlives its wall clock of this many seconds.
+SLOW_EVERY = 50
+SLOW_WALL_CLOCK = 0.5
+
+
+def echo(n: int) -> int:
+    return n
+
+
+def _program(i: int) -> tuple[str, Budget, Any]:
+    """The i-th run's program, its budget, and the value it must return (None: a limit)."""
+    if i % SLOW_EVERY == SLOW_EVERY - 1:
+        return "import time\ntime.sleep(30)", Budget(wall_clock=SLOW_WALL_CLOCK), None
+    return [
+        ("1", Budget(wall_clock=20), 1),
+        (f"host.echo({i})", Budget(wall_clock=20), i),
+        (FORKS, Budget(wall_clock=20), 1),
+    ][i % 3]
+
+
+def _as_expected(result: RunResult, expected: Any) -> bool:
+    if expected is None:
+        return result.cause == "wall_clock"
+    return result.ok and result.value == expected
+
+
+def host_state() -> dict[str, int]:
+    """What this host's runs hold now (besides what the host keeps between runs)."""
+    keep = _supervisor.host_processes()
+    processes: set[int] = set()
+    for pid in keep:
+        try:
+            processes.update(p.pid for p in psutil.Process(pid).children(recursive=True))
+        except psutil.Error:
+            continue
+    processes.update(p.pid for p in psutil.Process().children(recursive=True))
+    processes -= keep
+    mine = f"{CGROUP_PREFIX}{os.getpid()}-"
+    cgroups = 0
+    for controller in (*_CONTROLLERS, *_OPTIONAL):
+        base = _base(controller)
+        if base is not None and base.is_dir():
+            cgroups += sum(1 for _ in base.glob(f"{mine}*"))
+    dirs = Path(tempfile.gettempdir()).glob(f"{_supervisor.WORKDIR_PREFIX}{os.getpid()}-*")
+    return {
+        "processes": len(processes),
+        "cgroups": cgroups,
+        "directories": sum(1 for _ in dirs),
+        "descriptors": len(os.listdir("/proc/self/fd")),
+    }
+
+
+async def _stress(level: Level, spawn: Spawn, runs: int, concurrency: int) -> dict[str, Any]:
+    wrong: list[dict[str, Any]] = []
+    most_pending = 0
+    next_run = 0
+    t0 = time.perf_counter()
+    pool = Pool(size=concurrency) if spawn is Spawn.POOL else None
+    source: Spawn | Pool = pool if pool is not None else spawn
+
+    async def caller() -> None:
+        nonlocal next_run, most_pending
+        while next_run < runs:
+            i = next_run
+            next_run += 1
+            program, budget, expected = _program(i)
+            result = await sandbox.run(
+                program, tools=[echo], level=level, spawn=source, budget=budget
+            )
+            most_pending = max(most_pending, REMAINS.pending())
+            if not _as_expected(result, expected):
+                failure = {"run": i, "kind": str(result.kind), "cause": result.cause}
+                failure["error"] = result.error[:2000]
+                wrong.append(failure)
+                print(f"WRONG {level.value} {spawn.value}: {failure}", file=sys.stderr)
+
+    try:
+        async with anyio.create_task_group() as tg:
+            for _ in range(concurrency):
+                tg.start_soon(caller)
+    finally:
+        if pool is not None:
+            pool.close()
+    seconds = time.perf_counter() - t0
+    return {
+        "level": level.value,
+        "spawn": spawn.value,
+        "runs": runs,
+        "wrong": len(wrong),
+        "most_pending": most_pending,
+        "seconds": round(seconds, 1),
+        "failed": wrong[:20],
+    }
+
+
+def _settled(before: dict[str, int]) -> dict[str, int]:
+    """What is left, beyond ``before``, once every remains is cleared (up to 30 s)."""
+    REMAINS.wait_empty(30.0)
+    deadline = time.monotonic() + 5.0
+    while True:
+        now = host_state()
+        left = {key: now[key] - before[key] for key in now}
+        if not any(v > 0 for v in left.values()) or time.monotonic() > deadline:
+            return left
+        time.sleep(0.1)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.stress_leaks")
+    parser.add_argument("--runs", type=int, default=10_000, help="runs per level and spawn")
+    parser.add_argument("--concurrency", type=int, default=4, help="callers at once")
+    parser.add_argument(
+        "--level", action="append", choices=[Level.PROCESS.value, Level.CONFINED.value]
+    )
+    parser.add_argument("--spawn", action="append", choices=[Spawn.ZYGOTE.value, Spawn.POOL.value])
+    parser.add_argument("--backend", choices=["asyncio", "trio"], default="asyncio")
+    parser.add_argument("--json", type=Path, help="write the report here as JSON")
+    args = parser.parse_args(argv)
+    levels = [Level(v) for v in args.level or [Level.PROCESS.value, Level.CONFINED.value]]
+    spawns = [Spawn(v) for v in args.spawn or [Spawn.ZYGOTE.value, Spawn.POOL.value]]
+    if Level.CONFINED in levels and sandbox.confinement_gaps():
+        print(f"confined is unavailable here: {sandbox.confinement_gaps()}", file=sys.stderr)
+        return 2
+    report: dict[str, Any] = {
+        "environment": environment(list(argv or sys.argv[1:]), ["trio"]),
+        "git": git_head(),
+        "backend": args.backend,
+        "max_pending": MAX_PENDING,
+        "concurrency": args.concurrency,
+        "slow_every": SLOW_EVERY,
+        "slow_wall_clock": SLOW_WALL_CLOCK,
+        "rows": [],
+    }
+    # One run first, so that the zygote (kept between runs, not a leftover) is up.
+    anyio.run(sandbox.run, "1", backend=args.backend)
+    REMAINS.wait_empty(30.0)
+    before = host_state()
+    for level in levels:
+        for spawn in spawns:
+            row = anyio.run(
+                _stress, level, spawn, args.runs, args.concurrency, backend=args.backend
+            )
+            row["left"] = _settled(before)
+            report["rows"].append(row)
+            print(
+                f"{row['level']:9} {row['spawn']:7} {row['runs']} runs in {row['seconds']} s, "
+                f"{row['wrong']} wrong, at most {row['most_pending']} remains pending "
+                f"(bound {MAX_PENDING}), left: {row['left']}",
+                flush=True,
+            )
+    if args.json is not None:
+        args.json.write_bytes(msgspec.json.format(msgspec.json.encode(report)))
+    bad = any(
+        row["wrong"]
+        or row["most_pending"] > MAX_PENDING
+        or any(v > 0 for v in row["left"].values())
+        for row in report["rows"]
+    )
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
