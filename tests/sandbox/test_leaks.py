@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
+from collections.abc import Callable
 
 import anyio
 import psutil
@@ -32,9 +34,18 @@ def settle() -> None:
     """Let the host clear every run's remains, and a pool finish its refills (each run
     asks for one in the background)."""
     assert REMAINS.wait_empty(30.0), f"{REMAINS.pending()} remains not cleared in 30 s"
+    # The zygote reaps what its runners left in its own time: two seconds, as after any test.
+    gone_within(2.0, lambda: not run_processes())
     pool = runs_pool()
     if pool is not None:
         assert pool.wait_full(30)
+
+
+def gone_within(seconds: float, done: Callable[[], bool]) -> None:
+    """Wait up to ``seconds`` for ``done()`` (the caller asserts what is left)."""
+    deadline = time.monotonic() + seconds
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def open_fds() -> int:
@@ -127,6 +138,7 @@ async def test_cancel_returns_once_no_process_can_run_program_code(program: str)
     # Right after the cancel scope: no sleep, no retry.
     assert [pid for pid in pids if not cannot_run_program_code(pid)] == []
     assert REMAINS.wait_empty(30.0)
+    gone_within(2.0, lambda: not any(psutil.pid_exists(pid) for pid in pids))
     assert [pid for pid in pids if psutil.pid_exists(pid)] == []
     settle()  # (a pool's replacement for the child may be on its way: not a leftover)
     assert run_processes() == []
