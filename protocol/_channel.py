@@ -150,17 +150,21 @@ class FdChannel:
             return
         self._closed = True
         for fd in {self._read_fd, self._write_fd}:
+            if fd not in self._waiting:
+                # Every wait goes through _wait: nobody waits on this one, nobody to wake.
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+                continue
             try:
                 anyio.notify_closing(fd)
             except RuntimeError:  # no event loop running: nobody can be waiting
                 pass
             try:
-                if fd in self._waiting:
-                    # Release the file now, keep the number until the waiter has left.
-                    os.dup2(_null(), fd, inheritable=False)
-                    self._reserved.add(fd)
-                else:
-                    os.close(fd)
+                # Release the file now, keep the number until the waiter has left.
+                os.dup2(_null(), fd, inheritable=False)
+                self._reserved.add(fd)
             except OSError:
                 pass
 
