@@ -293,11 +293,15 @@ class Client:
             self._settle(call_id, error)
 
     def close(self) -> None:
-        """Close the channel; calls in flight fail with ``CallError(Kind.CANCELED)``."""
+        """Close the channel; calls in flight fail with ``CallError(Kind.CANCELED)``.
+
+        The writing descriptor is closed last, so a parent that reads EOF knows that both
+        are closed (the ``in_process`` level returns on that EOF).
+        """
         self._fail_all(CallError(Kind.CANCELED, "the call channel was closed"))
         with self._cond:
             self._maybe_remove_reader()
-        for fd in {self._rfd, self._wfd}:
+        for fd in dict.fromkeys((self._rfd, self._wfd)):
             try:
                 os.close(fd)
             except OSError:

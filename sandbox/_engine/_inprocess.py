@@ -10,14 +10,36 @@ everything only a process boundary can give, so this level refuses those budget 
 the wall clock (a thread cannot be killed), memory, CPU, files and processes. It does not
 capture output (the program prints to the host's own stdout and stderr), and cancelling
 the host's task waits for the program to finish.
+
+Theory of operation
+-------------------
+The host's own work per run is what this level measures, so it is kept to one wake-up
+of the event loop and no task spawned. The calling task serves the call channel itself
+while a worker thread (:class:`_Workers`, daemon threads reused across runs) runs the
+program. The thread records the outcome and *then* closes the program's ends of the
+pipes, so the server reads EOF and returns: that EOF is the only signal the event loop
+waits for, and the outcome is in place when it arrives. (``anyio.to_thread`` would wake
+the loop a second time, with its own future, and needs a task beside the server: about
+a tenth of a millisecond per run here.) Should the server stop first (the caller
+cancels, or the program closed the pipes itself), the host waits for the thread,
+shielded from cancellation, as ``anyio.to_thread.run_sync`` does.
+
+The worker runs the program in a copy of the caller's context, with no async library
+current (as anyio's worker threads do), so a program that starts an event loop of its
+own sees none of the host's.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
+import queue
+import threading
 import time
 import uuid
+from collections.abc import Callable
+from typing import Final, final
 
 import anyio
 import anyio.to_thread
@@ -31,6 +53,79 @@ from ._levels import Level
 from ._tools import Toolset
 
 __all__ = ["run_in_process"]
+
+#: Seconds an idle worker thread waits for another program before it ends: long enough
+#: that back-to-back runs reuse it, short enough that a burst leaves no threads behind.
+#: (anyio's and trio's own worker threads wait 10 s as well.)
+_IDLE_SECONDS: Final = 10.0
+
+
+def _sniffio_library() -> contextvars.ContextVar[str | None] | None:
+    """sniffio's "current async library", which anyio's worker threads clear (None when
+    sniffio, optional for anyio, is not installed: then nothing reads it either)."""
+    try:
+        import sniffio
+    except ImportError:  # pragma: no cover - installed wherever the tests run
+        return None
+    return sniffio.current_async_library_cvar
+
+
+_ASYNC_LIBRARY: Final = _sniffio_library()
+
+
+@final
+class _Workers:
+    """Daemon threads that run jobs, reused: a handoff to an idle thread costs a queue put,
+    a new thread about ten times as much. A thread idle for :data:`_IDLE_SECONDS` ends.
+
+    Invariant: ``_idle`` counts the threads waiting for a job that no submitter has
+    claimed; a submitter claims one (or starts a thread) for each job it queues.
+    """
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], object], Callable[[], object]]] = (
+            queue.SimpleQueue()
+        )
+        self._lock = threading.Lock()
+        self._idle = 0
+
+    def submit(self, job: Callable[[], object], last: Callable[[], object]) -> None:
+        """Run ``job``, then ``last``, in a worker thread; neither may raise.
+
+        The thread is counted idle (free for the next job) before it runs ``last``: when
+        ``last`` is what tells the caller the job is done, the caller's next job finds the
+        thread free rather than start another.
+
+        Raises:
+            RuntimeError: no thread could be started.
+        """
+        with self._lock:
+            claimed = self._idle > 0
+            if claimed:
+                self._idle -= 1
+        self._jobs.put((job, last))
+        if not claimed:
+            threading.Thread(target=self._work, name="sandbox in_process", daemon=True).start()
+
+    def _work(self) -> None:
+        jobs = self._jobs
+        while True:
+            try:
+                job, last = jobs.get(timeout=_IDLE_SECONDS)
+            except queue.Empty:
+                with self._lock:
+                    if self._idle > 0:  # nobody claimed this thread: end it
+                        self._idle -= 1
+                        return
+                continue  # claimed meanwhile: its job is on its way
+            job()
+            with self._lock:
+                self._idle += 1
+            last()
+            del job, last
+
+
+_WORKERS: Final = _Workers()
 
 
 async def run_in_process(program: str, toolset: Toolset, budget: Budget) -> RunResult:
@@ -47,23 +142,42 @@ async def run_in_process(program: str, toolset: Toolset, budget: Budget) -> RunR
         result_id=uuid.uuid4().hex,
     )
     backend = PythonBackend(as_main=False)
+    # What the thread leaves: the outcome and its CPU seconds, or what went wrong.
+    ran: list[tuple[Outcome, float] | BaseException] = []
+    finished = threading.Event()
 
-    def execute() -> tuple[Outcome, float]:
-        started = time.thread_time()
+    def execute() -> None:
         try:
-            return backend.run(start, client), time.thread_time() - started
-        finally:
-            client.close()  # the server then reads EOF and returns
+            started = time.thread_time()
+            outcome = backend.run(start, client)
+            ran.append((outcome, time.thread_time() - started))
+        except BaseException as exc:  # not the program's (backend.run never raises)
+            ran.append(exc)
 
-    async def serve() -> None:
+    def finish() -> None:
+        client.close()  # the server then reads EOF and returns
+        finished.set()
+
+    context = contextvars.copy_context()
+    if _ASYNC_LIBRARY is not None:
+        context.run(_ASYNC_LIBRARY.set, None)
+    _WORKERS.submit(lambda: context.run(execute), finish)
+    ended = False  # by the EOF that finish() makes, once the program's ends are closed
+    try:
         # The program closes its end when it finishes, answers to calls it abandoned
         # still pending: the server ends then, and that is no error.
         with contextlib.suppress(anyio.BrokenResourceError):
             await server.serve()
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(serve)
-        outcome, cpu = await anyio.to_thread.run_sync(execute)
+        ended = bool(ran)
+    finally:
+        if not ended and not finished.is_set():
+            # The server stopped first (cancelled, or the program closed its pipe):
+            # wait for the program, as anyio.to_thread.run_sync would.
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(finished.wait)
+    if isinstance(ran[0], BaseException):
+        raise ran[0]
+    outcome, cpu = ran[0]
     answer = Answer(
         ok=outcome.ok,
         value=outcome.value,

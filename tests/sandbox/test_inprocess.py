@@ -1,0 +1,75 @@
+"""The ``in_process`` level: the program in a worker thread, its calls over a pipe."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import anyio
+import pytest
+
+import sandbox
+from sandbox import Budget, Kind, Level
+
+pytestmark = pytest.mark.anyio
+
+
+def echo(n: int) -> int:
+    return n
+
+
+def open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+async def test_runs_leave_no_descriptor_and_reuse_their_thread() -> None:
+    """Runs in a row, with calls or without, leave no descriptor open when each returns,
+    and the program thread of one run serves the next."""
+    for _ in range(3):  # warm up: the worker thread, the event loop's own descriptors
+        await sandbox.run("host.echo(0)", tools=[echo], level=Level.IN_PROCESS)
+    fds = open_fds()
+    threads = threading.active_count()
+    for i in range(50):
+        program = f"host.echo({i})" if i % 2 else f"{i}"
+        result = await sandbox.run(program, tools=[echo], level=Level.IN_PROCESS)
+        assert (result.ok, result.value) == (True, i), result.error
+        assert open_fds() <= fds
+    assert threading.active_count() <= threads
+
+
+async def test_cancelling_waits_for_the_program_to_finish(tmp_path: Path) -> None:
+    """Cancelling the host's task fails the program's calls from then on (``canceled``)
+    and returns only once the program has finished."""
+    done = tmp_path / "done"
+    program = (
+        "from protocol import CallError\n"
+        "host.echo(1)\n"
+        "import time\n"
+        "time.sleep(0.2)\n"
+        "try:\n    host.echo(2)\nexcept CallError as exc:\n    kind = exc.kind.value\n"
+        f"with open({str(done)!r}, 'w') as f:\n    f.write(kind)\n"
+    )
+    fds = open_fds()
+    with anyio.move_on_after(0.05):
+        await sandbox.run(program, tools=[echo], level=Level.IN_PROCESS)
+    assert done.read_text() == Kind.CANCELED.value
+    assert open_fds() <= fds
+
+
+async def test_many_runs_at_once() -> None:
+    """Concurrent runs each get their own thread and their own calls."""
+    results: dict[int, sandbox.RunResult] = {}
+
+    async def one(i: int) -> None:
+        program = f"import time\ntime.sleep(0.01)\nhost.echo({i})"
+        results[i] = await sandbox.run(
+            program, tools=[echo], budget=Budget(max_calls=1), level=Level.IN_PROCESS
+        )
+
+    async with anyio.create_task_group() as tg:
+        for i in range(12):
+            tg.start_soon(one, i)
+    assert {i: (r.ok, r.value, r.calls) for i, r in results.items()} == {
+        i: (True, i, 1) for i in range(12)
+    }
