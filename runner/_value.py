@@ -15,7 +15,7 @@ from typing import Final
 
 import msgspec
 
-__all__ = ["decode_result", "encode_json"]
+__all__ = ["decode_result", "encode_json", "encode_json_bytes"]
 
 
 _NATIVE_CONTAINERS: Final = (list, tuple, dict, set, frozenset)
@@ -58,8 +58,18 @@ def encode_json(obj: object) -> str:
             its type.
         MemoryError: the text would not fit in memory.
     """
+    return encode_json_bytes(obj).decode("utf-8")
+
+
+def encode_json_bytes(obj: object) -> bytes:
+    """``obj`` as JSON, in UTF-8: :func:`encode_json` without the copy into a ``str``.
+
+    Raises:
+        TypeError: as :func:`encode_json`.
+        MemoryError: as :func:`encode_json`.
+    """
     try:
-        return _ENCODER.encode(obj).decode("utf-8")
+        return _ENCODER.encode(obj)
     except (TypeError, ValueError, RecursionError, OverflowError) as exc:
         # msgspec.EncodeError is a ValueError; a cycle is a RecursionError.
         raise TypeError(f"{_type_name(obj)} cannot be encoded as JSON: {exc}") from None

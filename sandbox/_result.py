@@ -106,10 +106,11 @@ class RunResult(msgspec.Struct, frozen=True, kw_only=True):
 
 @dataclass(frozen=True, slots=True)
 class Answer:
-    """The child's answer: its Result (or the in-process backend's outcome)."""
+    """The child's answer: its Result (or the in-process backend's outcome, whose value
+    comes as JSON bytes: see :meth:`runner.PythonBackend.run_json`)."""
 
     ok: bool
-    value: str = ""
+    value: str | bytes = ""
     kind: Kind | None = None
     error: str = ""
     calls: int | None = None  # what the child claims it made (reconciliation only)

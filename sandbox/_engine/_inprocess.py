@@ -143,13 +143,13 @@ async def run_in_process(program: str, toolset: Toolset, budget: Budget) -> RunR
     )
     backend = PythonBackend(as_main=False)
     # What the thread leaves: the outcome and its CPU seconds, or what went wrong.
-    ran: list[tuple[Outcome, float] | BaseException] = []
+    ran: list[tuple[Outcome | bytes, float] | BaseException] = []
     finished = threading.Event()
 
     def execute() -> None:
         try:
             started = time.thread_time()
-            outcome = backend.run(start, client)
+            outcome = backend.run_json(start, client)
             ran.append((outcome, time.thread_time() - started))
         except BaseException as exc:  # not the program's (backend.run never raises)
             ran.append(exc)
@@ -178,14 +178,19 @@ async def run_in_process(program: str, toolset: Toolset, budget: Budget) -> RunR
     if isinstance(ran[0], BaseException):
         raise ran[0]
     outcome, cpu = ran[0]
-    answer = Answer(
-        ok=outcome.ok,
-        value=outcome.value,
-        kind=outcome.kind,
-        error=outcome.error,
-        calls=client.calls_made,
-        bytes=client.bytes_received,
-    )
+    if isinstance(outcome, bytes):  # the value's JSON, decoded once, by run_result
+        answer = Answer(
+            ok=True, value=outcome, calls=client.calls_made, bytes=client.bytes_received
+        )
+    else:
+        answer = Answer(
+            ok=outcome.ok,
+            value=outcome.value,
+            kind=outcome.kind,
+            error=outcome.error,
+            calls=client.calls_made,
+            bytes=client.bytes_received,
+        )
     ending = Ending(
         level=Level.IN_PROCESS.value,
         wall_time=time.perf_counter() - t0,
