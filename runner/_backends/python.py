@@ -179,9 +179,10 @@ def compile_program(source: str) -> types.CodeType:
     body = tree.body
     if body and isinstance(body[-1], ast.Expr):
         last = body[-1]
-        store = ast.Name(id=_VALUE_NAME, ctx=ast.Store())
+        # Both new nodes take the statement's place (set here rather than by
+        # ast.fix_missing_locations, which walks the whole tree).
+        store = ast.copy_location(ast.Name(id=_VALUE_NAME, ctx=ast.Store()), last)
         body[-1] = ast.copy_location(ast.Assign(targets=[store], value=last.value), last)
-        ast.fix_missing_locations(tree)
     code: types.CodeType = compile(
         tree, PROGRAM_FILENAME, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True
     )

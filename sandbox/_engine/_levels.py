@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import enum
 import functools
+from collections.abc import Mapping
+from typing import Final
 
 from .._budget import DEFAULTS, Budget
 from .._children import cgroup_support
@@ -69,10 +71,22 @@ def _process_gaps() -> dict[str, str]:
     return gaps
 
 
+# What in_process cannot enforce, whatever the host: worked out once, not per run.
+_IN_PROCESS_GAPS: Final[Mapping[str, str]] = dict.fromkeys(
+    _PROCESS_ONLY, "in_process runs in a thread of the host: nothing can stop or limit it"
+)
+_IN_PROCESS_DEFAULTED: Final = frozenset(DEFAULTS) - frozenset(_IN_PROCESS_GAPS)
+
+
 def unenforceable(level: Level) -> dict[str, str]:
     """Budget items ``level`` cannot enforce on this host, with the reason for each."""
+    return dict(_gaps(level))
+
+
+def _gaps(level: Level) -> Mapping[str, str]:
+    """:func:`unenforceable`, not to be changed by the caller (in_process's is shared)."""
     if level is Level.CONFINED:
-        return dict(_process_gaps())
+        return _process_gaps()
     if level is Level.PROCESS:
         gaps = dict(_process_gaps())
         gaps["max_disk"] = (
@@ -80,8 +94,7 @@ def unenforceable(level: Level) -> dict[str, str]:
             "a file system of its own to bound"
         )
         return gaps
-    reason = "in_process runs in a thread of the host: nothing can stop or limit it"
-    return dict.fromkeys(_PROCESS_ONLY, reason)
+    return _IN_PROCESS_GAPS
 
 
 def check_budget(level: Level, budget: Budget) -> None:
@@ -90,10 +103,10 @@ def check_budget(level: Level, budget: Budget) -> None:
     Raises:
         BudgetUnsupported: naming each such item and why.
     """
-    gaps = unenforceable(level)
+    gaps = _gaps(level)
     missing = [item for item in budget.asked() if item in gaps and item not in _CALL_ITEMS]
     if missing:
-        raise BudgetUnsupported(level.value, missing, gaps)
+        raise BudgetUnsupported(level.value, missing, dict(gaps))
 
 
 def applied_budget(level: Level, budget: Budget) -> Budget:
@@ -110,7 +123,9 @@ def applied_budget(level: Level, budget: Budget) -> Budget:
 def with_defaults(level: Level, budget: Budget) -> Budget:
     """``budget`` with each item left unset at its default where ``level`` can enforce it
     here, and no limit where it cannot (nothing refused: see :func:`applied_budget`)."""
-    gaps = unenforceable(level)
+    if level is Level.IN_PROCESS:
+        return budget.applied(_IN_PROCESS_DEFAULTED)
+    gaps = _gaps(level)
     return budget.applied({name for name in DEFAULTS if name not in gaps})
 
 
