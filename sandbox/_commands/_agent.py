@@ -33,11 +33,23 @@ from ..agent import (
     Verdict,
 )
 from ..agent.parts import CompactionResult, FillCheck, VerifyResult
-from ._options import budget_from, budget_options, level_option, tool_objects, tools_option
+from ._options import (
+    EXIT_OK,
+    EXIT_SANDBOX,
+    EXIT_USAGE,
+    UsageError,
+    budget_from,
+    budget_options,
+    count,
+    level_option,
+    seconds,
+    tool_objects,
+    tools_option,
+)
 
 __all__ = ["add_agent_parser", "agent", "read_trajectory"]
 
-EXIT_OK, EXIT_UNFINISHED, EXIT_USAGE, EXIT_SANDBOX = 0, 1, 2, 4
+EXIT_UNFINISHED = 1
 
 SYSTEM = """You are an agent that completes tasks by calling tools.
 The run_program tool runs Python in an isolated sandbox: its value is its last expression,
@@ -186,36 +198,66 @@ def add_agent_parser(sub: Any) -> None:
         "server, Ollama) that may run Python in the sandbox (run_program), whose programs "
         "call the host tools of --tools modules. Steps are shown live on standard error "
         "and written to --trajectory as JSONL; --resume continues from such a file. Exit "
-        "codes: 0 finished, 1 not finished (a limit, a breaker, paused), 4 the model or the "
-        "sandbox failed, 2 bad usage.",
+        "codes: 0 finished, 1 not finished (a limit, a breaker, paused), 2 bad usage, 4 the "
+        "model or the sandbox failed (or the 'agent' extra is not installed).",
     )
     a.add_argument("task", nargs="?", default="", help="the task (with --resume: optional)")
-    a.add_argument("--base-url", default=os.environ.get("OPENAI_BASE_URL"), help="the endpoint")
-    a.add_argument("--model", required=True, help="the model's name at the endpoint")
+    a.add_argument(
+        "--base-url",
+        default=os.environ.get("OPENAI_BASE_URL"),
+        metavar="URL",
+        help="the endpoint (default: $OPENAI_BASE_URL)",
+    )
+    a.add_argument("--model", required=True, metavar="NAME", help="the model's name there")
     a.add_argument(
         "--api-key-env",
         default="OPENAI_API_KEY",
+        metavar="NAME",
         help="the environment variable holding the API key (default: %(default)s; "
         "local servers need none)",
     )
-    a.add_argument("--max-steps", type=int, default=25, help="step budget (default: 25)")
-    a.add_argument("--context-tokens", type=int, default=32768, help="the model's context window")
-    a.add_argument("--output-tokens", type=int, default=4096, help="the most a response may be")
+    a.add_argument(
+        "--max-steps", type=count, default=25, metavar="N", help="steps (default: %(default)s)"
+    )
+    a.add_argument(
+        "--context-tokens",
+        type=count,
+        default=32768,
+        metavar="N",
+        help="the model's context window, in tokens (default: %(default)s)",
+    )
+    a.add_argument(
+        "--output-tokens",
+        type=count,
+        default=4096,
+        metavar="N",
+        help="the most tokens a response may have (default: %(default)s)",
+    )
     level_option(a, default=Level.CONFINED, child_levels_only=True)
     tools_option(a)
     budget_options(a)
     a.add_argument("--deny", action="append", default=[], metavar="TOOL", help="refuse TOOL")
     a.add_argument("--approve", action="store_true", help="ask before every tool call")
-    a.add_argument("--trajectory", type=Path, help="write the steps here as JSONL")
-    a.add_argument("--resume", type=Path, help="continue the run of this trajectory file")
-    a.add_argument("--dump", type=Path, help="write every model request and response (JSONL)")
+    a.add_argument("--trajectory", type=Path, metavar="FILE", help="write the steps here (JSONL)")
+    a.add_argument(
+        "--resume", type=Path, metavar="FILE", help="continue the run of this trajectory file"
+    )
+    a.add_argument(
+        "--dump", type=Path, metavar="FILE", help="write every model request and response (JSONL)"
+    )
     a.add_argument(
         "--verify",
         metavar="COMMAND",
         help="after a response whose edit succeeded, run COMMAND (a shell command: tests, "
         "lint, a build) and show the model its result; it is yours, never the model's",
     )
-    a.add_argument("--verify-timeout", type=float, default=300.0, help="seconds COMMAND may take")
+    a.add_argument(
+        "--verify-timeout",
+        type=seconds,
+        default=300.0,
+        metavar="S",
+        help="seconds COMMAND may take (default: %(default)g)",
+    )
 
 
 def agent(args: argparse.Namespace) -> int:
@@ -224,9 +266,11 @@ def agent(args: argparse.Namespace) -> int:
 
     try:
         if not args.task and args.resume is None:
-            raise SandboxError("give a task, or --resume a trajectory")
+            raise UsageError("give a task, or --resume a trajectory")
         if args.base_url is None:
-            raise SandboxError("give --base-url (or set OPENAI_BASE_URL)")
+            raise UsageError("give --base-url (or set OPENAI_BASE_URL)")
+        if args.resume is not None and not args.resume.is_file():
+            raise UsageError(f"cannot read {args.resume}: No such file")
         level = Level(args.level)
         if level is Level.CONFINED and (gaps := confinement_gaps()):
             raise ConfinementUnavailable(gaps)
@@ -234,6 +278,9 @@ def agent(args: argparse.Namespace) -> int:
         found = tool_objects(args.tools)
         resumed = read_trajectory(args.resume) if args.resume is not None else []
         task = args.task or _task_of(args.resume)
+    except UsageError as exc:
+        print(f"sandbox agent: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except (SandboxError, ValueError, OSError) as exc:
         print(f"sandbox: {exc}", file=sys.stderr)
         return EXIT_SANDBOX

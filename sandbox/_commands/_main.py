@@ -1,17 +1,21 @@
 """The command line: ``sandbox run``, ``sandbox serve``, ``sandbox bench``, ``sandbox doctor``.
 
-Exit codes of ``sandbox run``: 0 the program succeeded; 1 the program failed; 3 a limit
-ended it (kind ``limit``); 4 the sandbox could not run it (a budget the level cannot
-enforce, a bad tools module, a spawn failure, a program too large for a Start frame); 2 bad
-usage (argparse's own).
+Exit codes of ``sandbox run``: 0 the program succeeded; 1 the program failed; 2 bad usage
+(a malformed or out-of-range option, options that do not go together, a program file or
+tools module that does not exist); 3 a limit ended it (kind ``limit``); 4 the sandbox could
+not run it (a budget the level cannot enforce, a tools module that fails while loading, a
+spawn failure, a program too large for a Start frame). The other commands use the same
+codes (:mod:`._options`).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -19,11 +23,22 @@ from protocol import Kind
 
 from .._engine import Level, Tool, Toolset, run_sync
 from .._errors import SandboxError
+from .._result import RunResult
 from .._text import printable, printable_json
 from ._options import (
+    EXIT_CODES,
+    EXIT_FAILED,
+    EXIT_LIMIT,
+    EXIT_OK,
+    EXIT_SANDBOX,
+    EXIT_USAGE,
+    MissingExtra,
+    UsageError,
     budget_from,
     budget_options,
+    extras_for,
     level_option,
+    spawn_of,
     spawn_option,
     tool_objects,
     tools_option,
@@ -31,21 +46,34 @@ from ._options import (
 
 __all__ = ["main"]
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_LIMIT, EXIT_SANDBOX = 0, 1, 2, 3, 4
+
+def _version() -> str:
+    """The installed distribution's version (the checkout's, from pyproject, as a fallback)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from ._options import DISTRIBUTION
+
+    try:
+        return version(DISTRIBUTION)
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown"
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sandbox",
         description="Run untrusted programs in isolated child processes that can call host tools.",
+        epilog=EXIT_CODES,
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"%(prog)s {_version()}", help="print the version"
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     r = sub.add_parser(
         "run",
         help="run a Python program in a sandbox",
         description="Run PROGRAM (a Python file; '-' reads standard input) in a sandbox and "
-        "print its value and output. Exit codes: 0 ok, 1 the program failed, 3 a limit "
-        "ended it, 4 the sandbox refused or could not run it, 2 bad usage.",
+        "print its value and output. " + EXIT_CODES,
     )
     r.add_argument("program", help="the program file, or - for standard input")
     level_option(r, default=Level.PROCESS, child_levels_only=False)
@@ -54,9 +82,15 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument(
         "--stack-on-timeout",
         action="store_true",
-        help="if the wall clock ends the run, print the program's Python stack (py-spy)",
+        help="if the wall clock ends the run, print the program's Python stack (py-spy; "
+        "not at in_process)",
     )
-    r.add_argument("--json", action="store_true", help="print the whole RunResult as JSON")
+    r.add_argument(
+        "--json",
+        action="store_true",
+        help="print the whole RunResult as JSON (a refused run: an object with ok false, "
+        "refused true and the error)",
+    )
     budget_options(r)
     sub.add_parser(
         "bench",
@@ -91,21 +125,26 @@ def _doctor(as_json: bool) -> int:
     namespaces = walls.namespaces
     # Who a confined program is on the host: a uid of its own (None), or why not.
     own_uid = uid_usable()
-    report = {
-        "namespaces": namespaces,
-        "own_uid_per_run": own_uid,
-        "landlock_abi": walls.landlock_abi,
-        "seccomp": walls.seccomp,
-        "cgroups": cgroup_support(),
-        "levels": {
-            level.value: {
-                "unenforceable": unenforceable(level),
-                **({"missing_walls": confinement_gaps()} if level is Level.CONFINED else {}),
-            }
-            for level in Level
-        },
-    }
     if as_json:
+        # Each probe is `true` where it is available, else the reason it is not (a string).
+        def available(reasons: dict[str, str | None]) -> dict[str, str | bool]:
+            return {name: True if why is None else why for name, why in reasons.items()}
+
+        report = {
+            "namespaces": available(namespaces),
+            "own_uid_per_run": True if own_uid is None else own_uid,
+            "landlock_abi": walls.landlock_abi,
+            "seccomp": True if walls.seccomp is None else walls.seccomp,
+            "cgroups": available(dict(cgroup_support())),
+            "levels": {
+                level.value: {
+                    "available": not confinement_gaps() if level is Level.CONFINED else True,
+                    "unenforceable": unenforceable(level),
+                    **({"missing_walls": confinement_gaps()} if level is Level.CONFINED else {}),
+                }
+                for level in Level
+            },
+        }
         print(msgspec.json.format(msgspec.json.encode(report)).decode())
         return EXIT_OK
 
@@ -180,38 +219,45 @@ def _checkout() -> Path | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``sandbox`` command; returns the exit code."""
+    """Entry point of the ``sandbox`` command; returns the exit code (argparse's own errors
+    and ``--help`` raise :class:`SystemExit`, as argparse does)."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["bench"]:  # everything after it is the study's (argparse would object)
-        return _bench(argv[1:])
-    args = _parser().parse_args(argv)
-    if args.command == "doctor":
-        return _doctor(args.json)
-    if args.command == "serve":
-        from ._serve import serve
-
-        return serve(args)
-    if args.command == "agent":
-        from ._agent import agent
-
-        return agent(args)
-    if args.stack_on_timeout and args.level == Level.IN_PROCESS:
-        # As the API refuses it (ValueError): in_process has no wall clock to kill at.
-        print(
-            "sandbox run: error: --stack-on-timeout needs a child level (process or "
-            "confined), not in_process",
-            file=sys.stderr,
-        )
-        return EXIT_USAGE
-    if args.program == "-":
-        source = sys.stdin.read()
-    else:
-        try:
-            source = Path(args.program).read_text()
-        except OSError as exc:
-            print(f"sandbox: cannot read {args.program}: {exc.strerror}", file=sys.stderr)
-            return EXIT_SANDBOX
     try:
+        if argv[:1] == ["bench"]:  # everything after it is the study's (argparse would object)
+            return _bench(argv[1:])
+        args = _parser().parse_args(argv)
+        if args.command == "doctor":
+            return _doctor(args.json)
+        if args.command in ("serve", "agent"):
+            return _extra_command(args)
+        return _run(args)
+    except BrokenPipeError:
+        # The reader went away (`sandbox doctor | head`): what it read was all it wanted.
+        _silence_stdout()
+        return EXIT_OK
+
+
+def _extra_command(args: argparse.Namespace) -> int:
+    """``serve`` or ``agent``: each needs an extra; one that is missing is named, with the
+    pip command that installs it (exit 4), not a traceback."""
+    try:
+        with extras_for(args.command):
+            if args.command == "serve":
+                from ._serve import serve
+
+                return serve(args)
+            from ._agent import agent
+
+            return agent(args)
+    except MissingExtra as exc:
+        print(f"sandbox {exc}", file=sys.stderr)
+        return EXIT_SANDBOX
+
+
+def _run(args: argparse.Namespace) -> int:
+    """``sandbox run``."""
+    try:
+        source = _refuse_bad_usage(args)
         budget = budget_from(args)
         toolset = Toolset(_load_tools(args.tools))
         result = run_sync(
@@ -219,38 +265,119 @@ def main(argv: Sequence[str] | None = None) -> int:
             tools=toolset,
             budget=budget,
             level=args.level,
-            spawn=args.spawn,
+            spawn=spawn_of(args),
             stack_on_timeout=args.stack_on_timeout,
         )
+    except UsageError as exc:
+        return _refused(args, "sandbox run: error:", str(exc), EXIT_USAGE)
     except (SandboxError, ValueError) as exc:
-        print(f"sandbox: {exc}", file=sys.stderr)
-        return EXIT_SANDBOX
+        return _refused(args, "sandbox:", str(exc), EXIT_SANDBOX)
+    code = _exit_code(result)
+    try:
+        _report(args, result)
+    except BrokenPipeError:
+        # `sandbox run ... | head`: the reader has what it wanted; the run's code stands.
+        _silence_stdout()
+    return code
+
+
+def _refuse_bad_usage(args: argparse.Namespace) -> str:
+    """The program's source, once the options are known to go together.
+
+    Raises:
+        UsageError: options that do not go together, or a program file that cannot be read.
+    """
+    if args.level == Level.IN_PROCESS:
+        # As the API refuses it (ValueError): in_process has no wall clock to kill at, and
+        # no child to make.
+        if args.stack_on_timeout:
+            raise UsageError(
+                "--stack-on-timeout needs a child level (process or confined), not in_process"
+            )
+        if args.spawn is not None:
+            raise UsageError(
+                f"--spawn {args.spawn} needs a child level (process or confined): in_process "
+                "runs the program in a thread of this process"
+            )
+    if args.program == "-":
+        return sys.stdin.read()
+    try:
+        return Path(args.program).read_text()
+    except OSError as exc:
+        raise UsageError(f"cannot read {args.program}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"cannot read {args.program}: not UTF-8 text ({exc.reason})") from None
+
+
+def _refused(args: argparse.Namespace, prefix: str, error: str, code: int) -> int:
+    """A run refused before it started: one line on stderr, and with ``--json`` an object
+    on stdout that says so (decodable as a RunResult: ``ok`` is false)."""
+    print(f"{prefix} {error}", file=sys.stderr)
     if args.json:
-        document = msgspec.json.format(msgspec.json.encode(result)).decode()
-        sys.stdout.write(printable_json(document) + "\n")
-    else:
-        # Everything below that came from the program is escaped (see sandbox._text).
-        if result.stdout:
-            sys.stdout.write(printable(result.stdout))
-        if result.stderr:
-            sys.stderr.write(printable(result.stderr))
-        if result.ok:
-            print(printable(msgspec.json.encode(result.value).decode()))
-        else:
-            error = printable(result.error)
-            print(f"sandbox: {result.kind} ({result.cause}): {error}", file=sys.stderr)
-        if result.stack is not None:
-            stack = printable(result.stack)
-            print(f"sandbox: the program's stack when it was killed:\n{stack}", file=sys.stderr)
-        elif result.stack_error is not None:
-            print(f"sandbox: no stack: {result.stack_error}", file=sys.stderr)
-        print(
-            f"sandbox: {result.calls} calls, {result.bytes} result bytes, "
-            f"{result.wall_time * 1000:.1f} ms",
-            file=sys.stderr,
-        )
+        document = {"ok": False, "refused": True, "error": error}
+        try:
+            print(msgspec.json.format(msgspec.json.encode(document)).decode())
+        except BrokenPipeError:
+            _silence_stdout()
+    return code
+
+
+def _exit_code(result: RunResult) -> int:
     if result.ok:
         return EXIT_OK
     if result.kind is Kind.INVALID and result.cause == "protocol":
         return EXIT_SANDBOX  # a Start the wire cannot carry: refused, nothing ran
     return EXIT_LIMIT if result.kind is Kind.LIMIT else EXIT_FAILED
+
+
+def _report(args: argparse.Namespace, result: RunResult) -> None:
+    """Prints a finished run: its RunResult as JSON, or its output, value and summary."""
+    if args.json:
+        document = msgspec.json.format(msgspec.json.encode(result)).decode()
+        sys.stdout.write(printable_json(document) + "\n")
+        return
+    # Everything below that came from the program is escaped (see sandbox._text).
+    _program_output(
+        sys.stdout, "stdout", result.stdout, result.stdout_truncated, result.stdout_bytes
+    )
+    _program_output(
+        sys.stderr, "stderr", result.stderr, result.stderr_truncated, result.stderr_bytes
+    )
+    if result.ok:
+        print(printable(msgspec.json.encode(result.value).decode()))
+    else:
+        error = printable(result.error)
+        print(f"sandbox: {result.kind} ({result.cause}): {error}", file=sys.stderr)
+    if result.stack is not None:
+        stack = printable(result.stack)
+        print(f"sandbox: the program's stack when it was killed:\n{stack}", file=sys.stderr)
+    elif result.stack_error is not None:
+        print(f"sandbox: no stack: {result.stack_error}", file=sys.stderr)
+    print(
+        f"sandbox: {result.calls} calls, {result.bytes} result bytes, "
+        f"{result.wall_time * 1000:.1f} ms",
+        file=sys.stderr,
+    )
+
+
+def _program_output(out: Any, name: str, text: str, truncated: bool, total: int) -> None:
+    """What the program printed on one stream, ended by a newline (so that what follows,
+    the value, starts a line of its own), and marked where it was cut."""
+    if text:
+        out.write(printable(text))
+        if not text.endswith("\n"):
+            out.write("\n")
+    if truncated:
+        kept = len(text.encode(errors="surrogatepass"))
+        out.write(f"sandbox: {name} truncated here: {kept} of {total} bytes kept (--max-output)\n")
+    out.flush()
+
+
+def _silence_stdout() -> None:
+    """Points standard output at /dev/null, so that the interpreter's last flush does not
+    fail again on the closed pipe (the recipe of Python's signal documentation)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # not a real descriptor (a test's capture): nothing to do
+        pass

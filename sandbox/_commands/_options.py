@@ -1,13 +1,23 @@
 """The options the commands share, each defined once: the budget's, the level, the spawn
-mode, the tools modules; and turning them into the API's values."""
+mode, the tools modules; and turning them into the API's values. Also what every command
+means by its exit codes, and the two errors of the command line itself.
+
+Exit codes, the same in every command: 0 ok; 1 the program (or the agent's task) failed;
+2 bad usage: the command line is malformed or asks for a value out of range, or names a
+file or module that does not exist (argparse's own code); 3 a limit ended the run; 4 the
+command line is well formed but this host cannot do it (a budget item the level cannot
+enforce, a wall missing, a tools module that fails while loading, a spawn failure, an
+extra that is not installed).
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import importlib.util
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -18,31 +28,108 @@ from msgspec import UNSET
 from .._budget import DEFAULTS, Budget
 from .._children import Spawn
 from .._engine import Level
-from .._errors import SandboxError
+from .._errors import BudgetError, SandboxError
 
 __all__ = [
     "BUDGET_OPTIONS",
+    "DISTRIBUTION",
+    "EXIT_CODES",
+    "EXIT_FAILED",
+    "EXIT_LIMIT",
+    "EXIT_OK",
+    "EXIT_SANDBOX",
+    "EXIT_USAGE",
+    "EXTRAS",
+    "MIN_MEMORY",
     "BudgetOption",
+    "MissingExtra",
+    "UsageError",
+    "extras_for",
     "budget_from",
     "budget_options",
     "count",
     "level_option",
     "seconds",
     "size",
+    "spawn_of",
     "spawn_option",
     "tool_objects",
     "tools_option",
 ]
 
 
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_LIMIT, EXIT_SANDBOX = 0, 1, 2, 3, 4
+#: What the help of every command that runs programs ends with.
+EXIT_CODES: Final = (
+    "Exit codes: 0 ok, 1 the program failed, 2 bad usage, 3 a limit ended it, 4 the sandbox "
+    "refused or could not run it (or an extra it needs is not installed)."
+)
+
+#: The least ``--max-memory``. A Python runner needs about 10 MiB to start (a cold one
+#: failed here at 8 MiB, the kernel refusing a limit below what the run's cgroup already
+#: holds: ``EBUSY``); 16 MiB leaves room for the program's first imports. Checked here, on
+#: the command line, so that the refusal names the option rather than the cgroup.
+MIN_MEMORY: Final = 16 << 20
+
+#: The distribution, and the extra that brings each top-level module the commands import
+#: only when they need it (pyproject.toml's ``[project.optional-dependencies]``).
+DISTRIBUTION: Final = "sandbox-runtime"
+EXTRAS: Final[dict[str, str]] = {
+    "mcp": "mcp",
+    "mcp_types": "mcp",  # the MCP SDK's types, installed with it
+    "uvicorn": "mcp",
+    "jwt": "mcp",  # pyjwt
+    "openai": "agent",
+}
+
+
+class UsageError(Exception):
+    """The command line is wrong: a value out of range, options that do not go together, a
+    file or module it names that does not exist. Exit code 2, as argparse's own errors."""
+
+
+class MissingExtra(SandboxError):
+    """A command needs an optional dependency (an extra) that is not installed.
+
+    Attributes:
+        extra: the extra to install.
+    """
+
+    def __init__(self, command: str, extra: str, missing: str) -> None:
+        super().__init__(
+            f"{command} needs the {extra!r} extra, which is not installed (no module named "
+            f"{missing!r}): pip install '{DISTRIBUTION}[{extra}]'"
+        )
+        self.extra = extra
+
+
+@contextlib.contextmanager
+def extras_for(command: str) -> Iterator[None]:
+    """Turns the import of a module that an extra brings, and that is missing, into
+    :class:`MissingExtra` naming the extra and the pip command.
+
+    Raises:
+        MissingExtra: such a module could not be imported inside the block.
+    """
+    try:
+        yield
+    except ModuleNotFoundError as exc:
+        top = (exc.name or "").partition(".")[0]
+        if top not in EXTRAS:
+            raise
+        raise MissingExtra(command, EXTRAS[top], exc.name or top) from exc
+
+
 def level_option(p: argparse.ArgumentParser, *, default: Level, child_levels_only: bool) -> None:
     """``--level``: the level programs run at."""
     levels = [lv for lv in Level if not (child_levels_only and lv is Level.IN_PROCESS)]
+    names = [lv.value for lv in levels]
     p.add_argument(
         "--level",
-        choices=[lv.value for lv in levels],
+        choices=names,
         default=default.value,
-        help="isolation level (default: %(default)s)",
+        metavar="LEVEL",
+        help=f"isolation level: {', '.join(names)} (default: %(default)s)",
     )
 
 
@@ -51,10 +138,16 @@ def spawn_option(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--spawn",
         choices=[mode.value for mode in Spawn],
-        default=Spawn.ZYGOTE.value,
-        help="how the child is made: forked from a warm zygote, a fresh interpreter (cold), "
-        "or taken from a pool of children forked ahead (default: %(default)s)",
+        default=None,  # not given: zygote (None tells `run` it was not asked for)
+        metavar="MODE",
+        help="how the child is made: zygote (forked from a warm template), cold (a fresh "
+        f"interpreter), or pool (forked ahead) (default: {Spawn.ZYGOTE.value})",
     )
+
+
+def spawn_of(args: argparse.Namespace) -> Spawn:
+    """The spawn mode ``--spawn`` asks for, zygote if not given."""
+    return Spawn(args.spawn or Spawn.ZYGOTE.value)
 
 
 def size(text: str) -> int:
@@ -143,21 +236,35 @@ def _import_tools(name: str) -> ModuleType:
     a module name (imported from the current directory or the installed packages).
 
     Raises:
-        SandboxError: it cannot be found or fails while loading, whatever it raises.
+        UsageError: there is no such file or module.
+        SandboxError: it fails while loading, whatever it raises.
     """
     try:
         if name.endswith(".py") or "/" in name:
             path = Path(name).resolve()
             # A private module name: a file called signal.py must not find the stdlib's.
+            if not path.is_file():
+                raise UsageError(f"cannot load tools module {name!r}: no such file: {path}")
             spec = importlib.util.spec_from_file_location(f"_sandbox_tools_{path.stem}", path)
-            if spec is None or spec.loader is None or not path.is_file():
-                raise ImportError(f"no such file: {path}")
+            if spec is None or spec.loader is None:
+                raise ImportError(f"not a Python module: {path}")
             module = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(module)
             return module
         if "" not in sys.path and "." not in sys.path:
             sys.path.insert(0, ".")
         return importlib.import_module(name)
+    except UsageError:
+        raise
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and (name == exc.name or name.startswith(exc.name + ".")):
+            # The module named on the command line (or its package) is not there: usage.
+            raise UsageError(
+                f"cannot load tools module {name!r}: {type(exc).__name__}: {exc}"
+            ) from exc
+        raise SandboxError(  # one of its own imports is missing: the module is broken
+            f"cannot load tools module {name!r}: {type(exc).__name__}: {exc}"
+        ) from exc
     except Exception as exc:  # any failure of the user's module is a refusal, not a crash
         raise SandboxError(
             f"cannot load tools module {name!r}: {type(exc).__name__}: {exc}"
@@ -206,7 +313,7 @@ def budget_options(p: argparse.ArgumentParser) -> None:
         group.add_argument(
             option.flag,
             dest=option.item,
-            type=_or_none(option.parse),
+            type=_budget_value(option),
             default=UNSET,
             metavar=f"{option.metavar}|none" if option.liftable else option.metavar,
             help=f"{option.help} (default: {_default_of(option)})",
@@ -220,12 +327,26 @@ def budget_from(args: argparse.Namespace) -> Budget:
     return Budget(**{item: value for item, value in given.items() if value is not UNSET})
 
 
-def _or_none(parse: Callable[[str], float]) -> Callable[[str], float | None]:
-    def parse_or_none(text: str) -> float | None:
-        return None if text.strip().lower() == "none" else parse(text)
+def _budget_value(option: BudgetOption) -> Callable[[str], float | None]:
+    """The argparse type of a budget option: its value, or ``none``, checked as the Budget
+    checks it, so that a value out of range is bad usage (exit 2) naming the option."""
 
-    parse_or_none.__name__ = parse.__name__  # argparse names the type in its errors
-    return parse_or_none
+    def parse(text: str) -> float | None:
+        value = None if text.strip().lower() == "none" else option.parse(text)
+        if option.item == "max_memory" and value is not None and value < MIN_MEMORY:
+            raise argparse.ArgumentTypeError(
+                f"max_memory must be at least {MIN_MEMORY >> 20}M (a Python runner needs "
+                f"about 10 MiB to start), got {text!r}"
+            )
+        try:
+            items: dict[str, Any] = {option.item: value}
+            Budget(**items)
+        except BudgetError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return value
+
+    parse.__name__ = option.parse.__name__  # argparse names the type in its errors
+    return parse
 
 
 def _default_of(option: BudgetOption) -> str:

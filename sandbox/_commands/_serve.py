@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -10,23 +11,27 @@ from typing import Any
 import anyio
 
 from .._budget import Budget
-from .._children import Spawn
 from .._engine import Level, confinement_gaps
 from .._engine import Tool as HostTool
 from .._errors import ConfinementUnavailable, SandboxError
 from ..plane import Descriptor, ProgramTool, Tool
 from ._options import (
+    EXIT_CODES,
+    EXIT_OK,
+    EXIT_SANDBOX,
+    EXIT_USAGE,
+    UsageError,
     budget_from,
     budget_options,
     level_option,
+    seconds,
+    spawn_of,
     spawn_option,
     tool_objects,
     tools_option,
 )
 
 __all__ = ["add_serve_parser", "serve", "tools_from"]
-
-EXIT_OK, EXIT_SANDBOX = 0, 4
 
 
 def add_serve_parser(sub: Any) -> None:
@@ -40,6 +45,7 @@ def add_serve_parser(sub: Any) -> None:
         "Whoever reaches the HTTP server runs code: on any address but loopback it refuses "
         "to start without a bearer token (--token-file, --token-env) or OAuth "
         "(--oauth-issuer, --oauth-jwks).",
+        epilog=EXIT_CODES,
     )
     level_option(s, default=Level.CONFINED, child_levels_only=True)
     tools_option(s)
@@ -53,8 +59,9 @@ def add_serve_parser(sub: Any) -> None:
     )
     s.add_argument(
         "--idle",
-        type=float,
+        type=seconds,
         default=300.0,
+        metavar="S",
         help="HTTP: close a session that starts no request for this many seconds, ending "
         "its runs (default: %(default)g)",
     )
@@ -118,9 +125,21 @@ def add_serve_parser(sub: Any) -> None:
     )
     auth.add_argument("--tls-cert", metavar="PATH", help="serve HTTPS with this certificate (PEM)")
     auth.add_argument("--tls-key", metavar="PATH", help="the certificate's private key (PEM)")
-    s.add_argument("--kind", default="host", help="the workspace's kind, as sessions record it")
-    s.add_argument("--ref", default="", help="which workspace (default: this host's name)")
-    s.add_argument("--root", default="", help="the workspace's root (default: the current one)")
+    s.add_argument(
+        "--kind",
+        default="host",
+        metavar="KIND",
+        help="the workspace's kind, as sessions record it (default: %(default)s)",
+    )
+    s.add_argument(
+        "--ref", default="", metavar="REF", help="which workspace (default: this host's name)"
+    )
+    s.add_argument(
+        "--root",
+        default="",
+        metavar="PATH",
+        help="the workspace's root (default: the current directory)",
+    )
     budget_options(s)
 
 
@@ -141,7 +160,7 @@ def tools_from(found: Sequence[Any]) -> list[Tool]:
 def _address(text: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
     if not sep or not host or not port.isdigit() or int(port) > 65535:
-        raise SandboxError(f"--http wants HOST:PORT, got {text!r}")
+        raise UsageError(f"--http wants HOST:PORT, got {text!r}")
     return host.strip("[]"), int(port)
 
 
@@ -149,13 +168,14 @@ def serve(args: argparse.Namespace) -> int:
     from ..plane import ExecutorServer, OAuth, read_token
 
     try:
+        _refuse_bad_usage(args)
         ceilings = budget_from(args)
         found = tool_objects(args.tools)
         tools_from(found)  # refuse a bad module now, not at the first session
         level = Level(args.level)
         if level is Level.CONFINED and (gaps := confinement_gaps()):
             raise ConfinementUnavailable(gaps)
-        spawn = Spawn(args.spawn)
+        spawn = spawn_of(args)
         program = not args.no_program
 
         def make(budget: Budget) -> list[Tool]:
@@ -181,17 +201,13 @@ def serve(args: argparse.Namespace) -> int:
         if args.token_file is not None or args.token_env is not None:
             token = read_token(file=args.token_file, env=args.token_env)
         oauth = None
-        if args.oauth_issuer is not None or args.oauth_jwks is not None:
-            if args.oauth_issuer is None or args.oauth_jwks is None:
-                raise SandboxError("OAuth needs --oauth-issuer and --oauth-jwks, both")
+        if args.oauth_issuer is not None:
             oauth = OAuth(
                 issuer=args.oauth_issuer,
                 jwks=args.oauth_jwks,
                 resource=args.oauth_resource,
                 scopes=tuple(args.oauth_scope),
             )
-        elif args.oauth_resource is not None or args.oauth_scope:
-            raise SandboxError("--oauth-resource and --oauth-scope go with --oauth-issuer")
 
         def ready(url: str) -> None:
             print(f"sandbox: serving {url}", file=sys.stderr, flush=True)
@@ -212,9 +228,30 @@ def serve(args: argparse.Namespace) -> int:
             )
 
         anyio.run(main)
+    except UsageError as exc:
+        print(f"sandbox serve: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except (SandboxError, ValueError, OSError) as exc:
         print(f"sandbox: {exc}", file=sys.stderr)
         return EXIT_SANDBOX
     except KeyboardInterrupt:
         pass
     return EXIT_OK
+
+
+def _refuse_bad_usage(args: argparse.Namespace) -> None:
+    """Refuses options that do not go together, or a value out of range.
+
+    Raises:
+        UsageError: the first such problem.
+    """
+    if args.http is not None:
+        _address(args.http)
+    if not (args.idle > 0 and math.isfinite(args.idle)):
+        raise UsageError(f"--idle must be a positive number of seconds, got {args.idle:g}")
+    if (args.oauth_issuer is None) != (args.oauth_jwks is None):
+        raise UsageError("OAuth needs --oauth-issuer and --oauth-jwks, both")
+    if args.oauth_issuer is None and (args.oauth_resource is not None or args.oauth_scope):
+        raise UsageError("--oauth-resource and --oauth-scope go with --oauth-issuer")
+    if (args.tls_cert is None) != (args.tls_key is None):
+        raise UsageError("TLS needs a certificate and its key, both (--tls-cert, --tls-key)")

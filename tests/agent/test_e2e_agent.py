@@ -197,19 +197,34 @@ def test_the_command_shows_steps_live_and_says_when_the_model_fails() -> None:
 NOWHERE = ["agent", "--model", "m", "--base-url", "http://127.0.0.1:9/v1"]
 
 
+def exit_code(argv: list[str]) -> int:
+    """The exit code of ``sandbox ARGV``, whether main returns it or argparse raises it."""
+    try:
+        return main(argv)
+    except SystemExit as exc:
+        code = exc.code
+    assert isinstance(code, int)
+    return code
+
+
 @pytest.mark.parametrize(
     ("args", "says"),
     [
         (NOWHERE, "give a task"),
+        (["agent", "--model", "m", "t"], "give --base-url"),
         ([*NOWHERE, "t", "--resume", "/nonexistent.jsonl"], "No such file"),
         ([*NOWHERE, "t", "--tools", "/nonexistent.py"], "cannot load tools module"),
         ([*NOWHERE, "t", "--max-calls", "-1"], "max_calls"),
+        ([*NOWHERE, "t", "--max-steps", "many"], "--max-steps"),
     ],
 )
-def test_the_command_refuses_bad_input(
-    args: list[str], says: str, capsys: pytest.CaptureFixture[str]
+def test_the_command_refuses_bad_usage_with_exit_two(
+    args: list[str], says: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert main(args) == 4
+    """A missing task or URL, a file or module that does not exist, a value out of range:
+    bad usage (exit 2, the documented code), before any model is called."""
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    assert exit_code(args) == 2
     assert says in capsys.readouterr().err
 
 
@@ -265,3 +280,22 @@ def test_the_terminal_escapes_what_the_model_and_the_tools_wrote() -> None:
     shown = out.getvalue()
     assert [c for c in ("\x1b", "\r", "\x07", "\u202e") if c in shown] == []
     assert shown.count("\\x1b]0;owned\\x07") == 4
+
+
+def test_without_the_agent_extra_the_command_names_it(tmp_path: Path) -> None:
+    """Without ``openai`` (the ``agent`` extra), ``sandbox agent`` exits 4 with one line
+    naming the extra and the pip command that installs it, not a traceback."""
+    ran = subprocess.run(
+        [sys.executable, "-m", "tests.missing_extra", "openai", *NOWHERE, "a task"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        check=False,
+    )
+    assert ran.returncode == 4, ran.stderr
+    assert "Traceback" not in ran.stderr
+    assert ran.stderr.splitlines() == [
+        "sandbox agent needs the 'agent' extra, which is not installed (no module named "
+        "'openai'): pip install 'sandbox-runtime[agent]'"
+    ]

@@ -318,24 +318,36 @@ def test_tools_file_named_like_a_loaded_module(tmp_path: Path) -> None:
     assert proc.stdout == '"HI"\n'
 
 
-def test_missing_program_exits_four(tmp_path: Path) -> None:
-    """A program file that does not exist exits 4, naming the file and the reason."""
+def test_missing_program_is_bad_usage(tmp_path: Path) -> None:
+    """A program file that does not exist is bad usage (exit 2), naming the file and the
+    reason."""
     missing = tmp_path / "no_such_program.py"
     proc = cli("run", missing)
-    assert proc.returncode == 4
+    assert proc.returncode == 2
     assert proc.stdout == ""
-    assert proc.stderr == f"sandbox: cannot read {missing}: No such file or directory\n"
+    assert proc.stderr == f"sandbox run: error: cannot read {missing}: No such file or directory\n"
 
 
-def test_unknown_tools_module_exits_four(tmp_path: Path) -> None:
-    """A tools module that cannot be imported exits 4, naming it."""
-    proc = cli("run", program_file(tmp_path, "1"), "--tools", "no_such_tools_module")
-    assert proc.returncode == 4
-    assert proc.stdout == ""
-    assert sandbox_lines(proc.stderr) == [
-        "sandbox: cannot load tools module 'no_such_tools_module': "
-        "ModuleNotFoundError: No module named 'no_such_tools_module'"
-    ]
+@pytest.mark.parametrize(
+    ("name", "says"),
+    [
+        (
+            "no_such_tools_module",
+            "'no_such_tools_module': ModuleNotFoundError: No module named 'no_such_tools_module'",
+        ),
+        ("no/such/tools.py", "'no/such/tools.py': no such file: "),
+    ],
+    ids=["module", "path"],
+)
+def test_unknown_tools_module_is_bad_usage(
+    tmp_path: Path, name: str, says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A tools module or file that does not exist is bad usage (exit 2), naming it."""
+    assert main(["run", str(program_file(tmp_path, "1")), "--tools", name]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith(f"sandbox run: error: cannot load tools module {says}")
+    assert len(err.splitlines()) == 1
 
 
 @pytest.mark.slow
@@ -361,14 +373,161 @@ def test_tools_module_that_fails_to_load_exits_four(tmp_path: Path, source: str)
     assert "bad_tools" in proc.stderr
 
 
-def test_negative_timeout_is_refused(tmp_path: Path) -> None:
-    """``--timeout -1`` is refused before anything runs, with one line naming the value."""
-    proc = cli("run", program_file(tmp_path, "1"), "--timeout", "-1")
-    assert proc.returncode in (2, 4)
-    assert proc.stdout == ""
+def exit_code(argv: list[str]) -> int:
+    """The exit code of ``sandbox ARGV``, whether main returns it or argparse raises it."""
+    try:
+        return main(argv)
+    except SystemExit as exc:
+        code = exc.code
+    assert isinstance(code, int)
+    return code
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--timeout", "-1"], "argument --timeout: wall_clock must be a positive"),
+        (["--max-calls", "-1"], "argument --max-calls: max_calls must be >= 0, got -1"),
+        (["--max-inflight", "none"], "max_inflight cannot be None"),
+        (["--call-timeout", "nan"], "argument --call-timeout: max_call_deadline must be"),
+        (["--max-open-files", "3"], "max_open_files_per_process must be >= 16"),
+        (["--max-memory", "1000"], "argument --max-memory: max_memory must be at least 16M"),
+        (["--level", "in_process", "--spawn", "pool"], "--spawn pool needs a child level"),
+        (["--level", "in_process", "--spawn", "cold"], "--spawn cold needs a child level"),
+    ],
+)
+def test_bad_option_values_are_bad_usage(
+    tmp_path: Path, args: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A value out of range, or options that do not go together, is bad usage: exit 2 (the
+    documented code), one message naming the option, nothing run."""
+    program = program_file(tmp_path, "print('ran')")
+    assert exit_code(["run", str(program), *args]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert says in err
+    assert "Traceback" not in err
+
+
+def test_too_little_memory_is_refused_on_the_command_line(tmp_path: Path) -> None:
+    """``--max-memory 1000`` names the item and its minimum (exit 2), instead of the
+    kernel's EBUSY from the cgroup."""
+    proc = cli("run", program_file(tmp_path, "1"), "--max-memory", "1000")
+    assert proc.returncode == 2
+    assert "max_memory must be at least 16M" in proc.stderr
+    assert "Errno" not in proc.stderr
+
+
+def test_the_least_memory_allowed_runs_a_program(tmp_path: Path) -> None:
+    """At the least ``--max-memory`` the command allows, a program runs: a cold child too."""
+    proc = cli("run", "--spawn", "cold", "--max-memory", "16M", program_file(tmp_path, "6 * 7"))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "42\n"
+
+
+def test_json_says_when_the_run_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With ``--json`` a refused run still prints one JSON object: ok false, refused, the
+    error (and it decodes as a RunResult)."""
+    program = str(program_file(tmp_path, "1"))
+    for args, code in (
+        (["--level", "in_process", "--timeout", "5"], 4),  # the level cannot enforce it
+        (["--level", "in_process", "--spawn", "pool"], 2),  # bad usage
+        (["--tools", "no_such_tools_module"], 2),
+    ):
+        assert main(["run", program, "--json", *args]) == code, args
+        out, err = capsys.readouterr()
+        document = msgspec.json.decode(out)
+        assert document["ok"] is False
+        assert document["refused"] is True
+        assert document["error"] in err
+        assert msgspec.json.decode(out, type=RunResult).ok is False
+
+
+def test_the_value_starts_a_line_of_its_own(tmp_path: Path) -> None:
+    """Output that does not end with a newline is ended by one before the value."""
+    proc = cli("run", program_file(tmp_path, "print('no newline', end='')\n42\n"))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "no newline\n42\n"
+
+
+def test_truncated_output_is_marked(tmp_path: Path) -> None:
+    """Output cut at ``--max-output`` carries a mark where it was cut, saying how much was
+    kept of how much, on each stream."""
+    source = "import sys\nprint('x' * 100)\nprint('y' * 50, file=sys.stderr)\n1\n"
+    proc = cli("run", program_file(tmp_path, source), "--max-output", "10")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == (
+        "xxxxxxxxxx\nsandbox: stdout truncated here: 10 of 101 bytes kept (--max-output)\n1\n"
+    )
+    assert proc.stderr.startswith(
+        "yyyyyyyyyy\nsandbox: stderr truncated here: 10 of 51 bytes kept (--max-output)\n"
+    )
+
+
+def test_a_reader_that_stops_early_gets_no_traceback(tmp_path: Path) -> None:
+    """``sandbox run ... | head -1``: the command stops writing quietly, with the run's
+    exit code, and prints no BrokenPipeError."""
+    program = program_file(tmp_path, "for i in range(200_000):\n    print(i)\n")
+    proc = subprocess.run(
+        f"{sys.executable} -m sandbox run {program} | head -1; exit ${{PIPESTATUS[0]}}",
+        shell=True,
+        executable="/bin/bash",
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    assert proc.stdout == "0\n"
     assert "Traceback" not in proc.stderr
-    assert "-1" in proc.stderr
-    assert "positive" in proc.stderr
+    assert "BrokenPipeError" not in proc.stderr
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_version_prints_the_package_version() -> None:
+    """``sandbox --version`` prints the distribution's version."""
+    from importlib.metadata import version
+
+    proc = cli("--version")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == f"sandbox {version('sandbox-runtime')}\n"
+
+
+def test_doctor_json_says_true_for_available() -> None:
+    """``doctor --json`` says ``true`` for what is available, and the reason (a string)
+    for what is not."""
+    proc = cli("doctor", "--json")
+    assert proc.returncode == 0, proc.stderr
+    report = msgspec.json.decode(proc.stdout)
+    probes = [*report["namespaces"].values(), *report["cgroups"].values()]
+    probes += [report["seccomp"], report["own_uid_per_run"]]
+    assert probes
+    assert all(p is True or (isinstance(p, str) and p) for p in probes), probes
+    assert report["levels"]["process"]["available"] is True
+    confined = report["levels"]["confined"]
+    assert confined["available"] is (confined["missing_walls"] == {})
+
+
+@pytest.mark.parametrize("command", ["run", "serve", "agent"])
+def test_help_shows_every_default_and_short_metavars(command: str) -> None:
+    """Every option with a default says it in its help, and no option's usage spells out
+    its choices (``--level LEVEL``, not ``--level {in_process,process,confined}``)."""
+    import argparse
+
+    parser = _parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for action in sub.choices[command]._actions:
+        if action.help in (None, argparse.SUPPRESS) or not action.option_strings:
+            continue
+        if action.default in (None, False, [], "", argparse.SUPPRESS):
+            continue
+        assert "default" in action.help, action.option_strings
+    proc = cli(command, "--help")
+    assert proc.returncode == 0, proc.stderr
+    assert "{" not in proc.stdout
+    assert "(default: None)" not in proc.stdout
 
 
 @pytest.mark.slow
@@ -435,7 +594,7 @@ def test_console_script_works_like_python_dash_m(tmp_path: Path) -> None:
         # The last line reports a duration, which differs from run to run.
         assert console.stderr.splitlines()[:-1] == module.stderr.splitlines()[:-1], args
         codes.append(console.returncode)
-    assert codes == [0, 0, 1, 3, 4, 2]
+    assert codes == [0, 0, 1, 3, 2, 2]
 
 
 @pytest.mark.timeout(600)
