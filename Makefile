@@ -15,9 +15,17 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[mcp,agent,test,dev,bench]'
 	touch $(STAMP)
 
+# The second program fails on purpose (a call the tool denies): the demo shows how a failure
+# looks, says so, and succeeds only if it failed as it should (exit code 1, kind denied).
 demo: $(STAMP)
 	$(BIN)/sandbox run examples/programs/concurrent.py --tools examples/tools.py --max-calls 20
-	-$(BIN)/sandbox run examples/programs/failure.py --tools examples/tools.py
+	@echo "demo: next, examples/programs/failure.py, which fails on purpose (a denied call):"
+	@$(BIN)/sandbox run examples/programs/failure.py --tools examples/tools.py; \
+	code=$$?; if [ $$code -eq 1 ]; then \
+	  echo "demo: failure.py failed as intended (exit code 1: the program failed)"; \
+	else \
+	  echo "demo: failure.py should exit 1, it exited $$code" >&2; exit 1; \
+	fi
 
 test: lint typecheck pytest
 

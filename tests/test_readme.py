@@ -122,3 +122,29 @@ def test_readme_plane_example_runs(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "denied"
+
+
+def test_readme_says_what_each_command_needs() -> None:
+    """The README's install section names the extra of each command, with its pip command,
+    and says where the ``sandbox`` command is."""
+    readme = (ROOT / "README.md").read_text()
+    section = re.search(r"^## Install\s*$(.*?)(?=^##\s)", readme, re.MULTILINE | re.DOTALL)
+    assert section, "the README has no Install section"
+    text = " ".join(section.group(1).split())
+    for command, extra in (("sandbox serve", "mcp"), ("sandbox agent", "agent")):
+        assert command in text
+        assert f"pip install 'sandbox-runtime[{extra}]'" in text
+    assert ".venv/bin/sandbox" in text
+    assert "source .venv/bin/activate" in text
+
+
+def test_the_license_pyproject_promises_is_there() -> None:
+    """pyproject says ``license = "MIT"``; the LICENSE file holds the MIT text."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["license"] == "MIT"
+    text = (ROOT / "LICENSE").read_text()
+    assert text.startswith("MIT License\n\nCopyright (c) ")
+    assert "the sandbox-runtime authors" in text.splitlines()[2]
+    assert 'THE SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY OF ANY KIND' in text

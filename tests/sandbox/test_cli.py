@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -600,7 +601,8 @@ def test_console_script_works_like_python_dash_m(tmp_path: Path) -> None:
 @pytest.mark.timeout(600)
 @pytest.mark.slow
 def test_make_demo(tmp_path: Path) -> None:
-    """``make demo`` exits 0 and prints the concurrent example's value (the failure is ignored)."""
+    """``make demo`` exits 0 and prints the concurrent example's value (the failure is shown
+    as intended)."""
     source = (PROGRAMS / "concurrent.py").read_text()
     expected = sandbox.run_sync(source, tools=example_tools.TOOLS, budget=Budget(max_calls=20))
     assert expected.ok, expected.error
@@ -623,6 +625,31 @@ def test_make_demo(tmp_path: Path) -> None:
             continue
     assert expected.value in values, proc.stdout
     assert "sandbox: denied" in proc.stderr  # the second program fails, on purpose
+    assert "make:" not in proc.stderr  # and make does not say it failed (or ignored it)
+
+
+def test_make_demo_shows_the_failure_as_intended(tmp_path: Path) -> None:
+    """``make demo``'s second program fails on purpose: the demo says so and make reports no
+    error, ignored or not (here with this interpreter in place of ``.venv``)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    script = bin_dir / "sandbox"
+    script.write_text(f'#!/bin/sh\nexec {sys.executable} -m sandbox "$@"\n')
+    script.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    proc = subprocess.run(
+        ["make", "--no-print-directory", "demo", f"BIN={bin_dir}", "STAMP=Makefile"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "make:" not in proc.stderr  # no "Error 1 (ignored)"
+    assert "sandbox: denied" in proc.stderr
+    assert "demo: failure.py failed as intended" in proc.stdout
 
 
 @pytest.mark.parametrize(
@@ -652,6 +679,48 @@ def test_stack_on_timeout_prints_where_the_program_was(tmp_path: Path) -> None:
     proc = cli("run", "--timeout", "1", "--stack-on-timeout", program_file(tmp_path, source))
     assert proc.returncode == 3, proc.stderr
     assert "stuck_here" in proc.stderr or "no stack: py-spy" in proc.stderr
+
+
+def test_bench_help_without_a_checkout(tmp_path: Path) -> None:
+    """Installed without a checkout (the packages alone, as pip puts them), ``sandbox bench
+    --help`` exits 0 with its help, and ``sandbox bench`` says it needs a clone (exit 4)."""
+    site = tmp_path / "site"
+    for package in ("protocol", "runner", "sandbox"):
+        shutil.copytree(ROOT / package, site / package, ignore=shutil.ignore_patterns("*.pyc"))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(site)}
+
+    def bench(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", BENCH_FROM_SITE, *args],
+            capture_output=True,
+            text=True,
+            cwd=elsewhere,
+            env=env,
+            timeout=TIMEOUT,
+            check=False,
+        )
+
+    for flag in ("--help", "-h"):
+        shown = bench(flag)
+        assert shown.returncode == 0, shown.stderr
+        assert shown.stdout.startswith(f"{site}\nusage: sandbox bench")
+    ran = bench()
+    assert ran.returncode == 4
+    assert "bench needs a source checkout" in ran.stderr
+    assert "Traceback" not in ran.stderr
+
+
+#: ``sandbox bench ARGS`` from wherever ``sandbox`` is imported, that place printed first.
+BENCH_FROM_SITE = """
+import sys
+from pathlib import Path
+import sandbox
+from sandbox._commands import main
+print(Path(sandbox.__file__).parent.parent, flush=True)
+sys.exit(main(["bench", *sys.argv[1:]]))
+"""
 
 
 @pytest.mark.slow
