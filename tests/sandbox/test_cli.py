@@ -657,9 +657,11 @@ def test_make_demo_shows_the_failure_as_intended(tmp_path: Path) -> None:
     script = bin_dir / "sandbox"
     script.write_text(f'#!/bin/sh\nexec {sys.executable} -m sandbox "$@"\n')
     script.chmod(0o755)
+    installed = tmp_path / "installed"  # newer than pyproject.toml: nothing to install
+    installed.touch()
     env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
     proc = subprocess.run(
-        ["make", "--no-print-directory", "demo", f"BIN={bin_dir}", "STAMP=Makefile"],
+        ["make", "--no-print-directory", "demo", f"BIN={bin_dir}", f"STAMP={installed}"],
         capture_output=True,
         text=True,
         cwd=ROOT,
