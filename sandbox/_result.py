@@ -278,6 +278,15 @@ def _failure(e: Ending, answer: Answer, exit_code: int | None) -> dict[str, Any]
         fields["cause"] = Cause.MEMORY
     if exit_code == RunnerExit.NOT_CONFINED:
         fields["cause"] = Cause.CONFINEMENT
+    if e.pids_hit and kind in (Kind.RAISED, Kind.UNKNOWN):
+        # The run's pids cgroup refused a fork: whatever the program made of that (a
+        # BlockingIOError, a RuntimeError of its own), the host saw its limit reached.
+        fields.update(
+            kind=Kind.LIMIT,
+            cause=Cause.PROCESSES,
+            error=f"the run's process limit (max_processes: {e.limits.get('max_processes')}) "
+            f"was reached when the program failed:\n{error}",
+        )
     if e.disk_hit and kind in (Kind.RAISED, Kind.UNKNOWN):
         # Decided from the host's own look at the run's file system (what the program
         # raised, ENOSPC or any other, is only its word).

@@ -487,12 +487,6 @@ def test_a_reader_that_stops_early_gets_no_traceback(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="sandbox/_result.py's _failure keeps a program's own failure (kind raised) when "
-    "the run's pids cgroup reached its limit (Ending.pids_hit); it should make it kind "
-    "limit, cause processes, as it does for disk_hit (issue 16, item 9)",
-)
 def test_reaching_max_processes_is_a_limit(tmp_path: Path) -> None:
     """A program that fails because ``--max-processes`` stopped its fork is reported as a
     limit (exit 3, cause processes), not as the program's BlockingIOError (exit 1)."""
