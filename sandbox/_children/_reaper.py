@@ -207,25 +207,22 @@ class CgroupSet:
             return set()
         if not spare:
             return self._kill_unfrozen(members, timeout)
+        return self._kill_frozen(spare, timeout)
+
+    def _kill_frozen(self, spare: frozenset[int], timeout: float) -> set[int]:
+        """Passes of freeze, list, SIGKILL, thaw, until a pass lists nothing but ``spare``
+        (see :meth:`kill_all`). Without a freezer cgroup, the same passes unfrozen."""
         freezer = self.dirs.get("freezer")
         state = None if freezer is None else freezer / "freezer.state"
         found: set[int] = set()
         deadline = time.monotonic() + timeout
         while True:
-            if state is not None:
-                with contextlib.suppress(OSError):
-                    state.write_text("FROZEN")
-                    while state.read_text().strip() == "FREEZING" and time.monotonic() < deadline:
-                        time.sleep(0.001)
-            members = self.pids()
-            members -= spare
+            _freeze(state, deadline)
+            members = self.pids() - spare
             found |= members
             _kill(members)
-            if state is not None:
-                with contextlib.suppress(OSError):
-                    state.write_text("THAWED")
+            _thaw(state)
             if not members or time.monotonic() > deadline:
-                found -= spare
                 return found
             time.sleep(0.001)
 
@@ -287,6 +284,23 @@ class CgroupSet:
                 except OSError:
                     time.sleep(0.01)  # members still exiting
         self.dirs = {}
+
+
+def _freeze(state: Path | None, deadline: float) -> None:
+    """Freeze a cgroup through its ``freezer.state`` (if it has one), waiting until it is
+    frozen or ``deadline``; best effort."""
+    if state is not None:
+        with contextlib.suppress(OSError):
+            state.write_text("FROZEN")
+            while state.read_text().strip() == "FREEZING" and time.monotonic() < deadline:
+                time.sleep(0.001)
+
+
+def _thaw(state: Path | None) -> None:
+    """Thaw a cgroup frozen by :func:`_freeze` (best effort)."""
+    if state is not None:
+        with contextlib.suppress(OSError):
+            state.write_text("THAWED")
 
 
 def _kill(pids: set[int]) -> None:
