@@ -41,15 +41,12 @@ import math
 import os
 import queue
 import select
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-import uuid
 from collections import deque
 from collections.abc import Callable
 from enum import StrEnum
@@ -60,7 +57,6 @@ import anyio
 import msgspec
 
 from protocol import (
-    CGROUP_PREFIX,
     FD_NAMES,
     MAX_FORK_MESSAGE,
     REPORT_DECODER,
@@ -74,12 +70,11 @@ from protocol import (
     RemoteProtocolError,
     decode_fork,
 )
-from runner import DEFAULT_DISK_BYTES, default_disk_files
+from runner import DEFAULT_DISK_BYTES
 
 from .._errors import SpawnFailed
-from . import _uid
-from ._reaper import CgroupSet
 from ._remains import REMAINS
+from ._workspace import Workspace, disk_files
 
 __all__ = ["WORKDIR_PREFIX", "Child", "Pool", "Spawn", "acquire", "shutdown", "zygote_pid"]
 
@@ -100,12 +95,6 @@ _READY_TIMEOUT: Final = 60.0
 #: How long clearing a run's remains waits for the zygote's report that its runner was
 #: reaped (a killed process is normally torn down in milliseconds).
 _CLEAR_DEADLINE: Final = 10.0
-#: The uid leases of runners that would not die: held until this host exits, so that no
-#: other run is given an id a process of an earlier run may still have.
-_held_leases: list[_uid.Lease] = []
-#: A run's file system with less room than this left is full: a write of the size Python's
-#: buffered files make (64 KiB) no longer fits.
-_DISK_SLACK: Final = 64 << 10
 
 
 class Spawn(StrEnum):
@@ -146,11 +135,6 @@ def _interpreter_files() -> tuple[str, ...]:
     return tuple(found)
 
 
-def _disk_files(disk_bytes: int | None) -> int | None:
-    """The files a run's file system of ``disk_bytes`` holds (None: no bound)."""
-    return None if disk_bytes is None else default_disk_files(disk_bytes)
-
-
 def _confine_request(workdir: str, uid: int | None, disk_bytes: int | None) -> str:
     """The confined level's request: what its view must hold, who the program is.
 
@@ -167,7 +151,7 @@ def _confine_request(workdir: str, uid: int | None, disk_bytes: int | None) -> s
             *_interpreter_files(),
         ),
         disk_bytes=disk_bytes,
-        disk_files=_disk_files(disk_bytes),
+        disk_files=disk_files(disk_bytes),
         host_uid=uid,
         host_gid=uid,
     )
@@ -330,13 +314,9 @@ class Child:
             SpawnFailed: they could not be made (nothing is left behind).
         """
         self.confined = confined
-        self.disk_bytes = disk_bytes
-        self.run_id = uuid.uuid4().hex[:16]
-        self.workdir = tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-")
-        self.lease: _uid.Lease | None = None
-        #: The run's file system, seen from the host (a confined run's, once ready).
-        self.run_fs: int | None = None
-        self.cgroups: CgroupSet | None = None
+        self.workspace = Workspace(
+            confined=confined, use_cgroups=use_cgroups, disk_bytes=disk_bytes
+        )
         self.pid: int | None = None
         self.pidfd: int | None = None
         self.exited: Exited | None = None
@@ -352,12 +332,6 @@ class Child:
         reads: list[int] = []  # the read ends of the run's seven pipes
         writes: list[int] = []  # and their write ends, in the same order
         try:
-            if confined:
-                self.lease = _uid.lease()
-            if use_cgroups:
-                self.cgroups = CgroupSet.create(
-                    f"{CGROUP_PREFIX}{os.getpid()}-{self.run_id}", memory=None, pids=None
-                )
             for _ in range(7):
                 r, w = os.pipe2(os.O_CLOEXEC)
                 reads.append(r)
@@ -366,7 +340,7 @@ class Child:
         except OSError as exc:
             for fd in (*reads, *writes):
                 os.close(fd)
-            self.release()
+            self.workspace.remove(runner_gone=True)
             raise SpawnFailed(f"cannot prepare the run: {exc}") from exc
         self.report = mine
         mine.setblocking(False)  # read only when there is something to read
@@ -403,16 +377,17 @@ class Child:
         Raises:
             SpawnFailed: no zygote would take the request.
         """
+        workspace = self.workspace
         request = ForkRequest(
             mode="cold" if mode is Spawn.COLD else "warm",
-            workdir=self.workdir,
-            env=scrubbed_env(self.workdir),
-            cgroups=() if self.cgroups is None else self.cgroups.procs_files(),
+            workdir=workspace.workdir,
+            env=scrubbed_env(workspace.workdir),
+            cgroups=() if workspace.cgroups is None else workspace.cgroups.procs_files(),
             confine=self._confine_request() if self.confined else "",
             start_timeout=start_timeout,
             # With cgroups, every process of the run is found there: the runner need not
             # hold them in its tree after its Result, and exits while the host reads it.
-            linger=self.cgroups is None,
+            linger=workspace.cgroups is None,
             argv=(sys.executable, "-I", "-S", "-c", _RUNNER_BOOT),
         )
         for attempt in (1, 2):
@@ -431,8 +406,9 @@ class Child:
         self._theirs = []
 
     def _confine_request(self) -> str:
-        uid = None if self.lease is None else self.lease.id
-        return _confine_request(self.workdir, uid, self.disk_bytes)
+        workspace = self.workspace
+        uid = None if workspace.lease is None else workspace.lease.id
+        return _confine_request(workspace.workdir, uid, workspace.disk_bytes)
 
     def poll_report(self) -> None:
         """Read what the zygote has reported, without waiting."""
@@ -505,8 +481,8 @@ class Child:
             await self._reported(
                 lambda: self.moved or self.exited is not None, min(seconds, _ZYGOTE_TIMEOUT)
             )
-            if self.moved:
-                return self._open_run_fs()
+            if self.moved and self.pid is not None:
+                return self.workspace.hold_fs(self.pid)
             return "the child's PID 1 was not reported by the zygote"
         if self._ready.startswith(b"!"):
             return self._ready[1:].decode("utf-8", "replace")
@@ -515,41 +491,6 @@ class Child:
             if self._ready == b""
             else "the child was not ready in time"
         )
-
-    def _open_run_fs(self) -> str | None:
-        """Hold the run's file system (through the runner's root) while nothing of the run
-        has run yet: what :meth:`disk_full` reads. None when held, else why not."""
-        if self.run_fs is not None:
-            return None
-        try:
-            fd = os.open(
-                f"/proc/{self.pid}/root{self.workdir}",
-                os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
-            )
-        except OSError as exc:
-            return f"the run's file system cannot be found: {exc}"
-        info = os.fstatvfs(fd)
-        # The run's own: a file system of exactly the asked size, not the host's (tmpfs
-        # rounds its size up to pages, and says 0 for no bound).
-        pages = -(-(self.disk_bytes or 0) // info.f_frsize)
-        if (info.f_blocks, info.f_files) != (pages, _disk_files(self.disk_bytes) or 0):
-            os.close(fd)
-            return "the run's working directory is not the run's own file system"
-        self.run_fs = fd
-        return None
-
-    def limits_access(self) -> contextlib.AbstractContextManager[None]:
-        """Within: this thread may set the limits of the run's processes (a leased uid's:
-        see :meth:`sandbox._uid.Lease.real_ids`)."""
-        return contextlib.nullcontext() if self.lease is None else self.lease.real_ids()
-
-    def disk_full(self) -> bool:
-        """Whether the run's file system is full: less than :data:`_DISK_SLACK` bytes, or no
-        file, left (decided by the host, from what it sees of the file system)."""
-        if self.run_fs is None or self.disk_bytes is None:
-            return False
-        info = os.fstatvfs(self.run_fs)
-        return info.f_bavail * info.f_frsize < _DISK_SLACK or info.f_favail == 0
 
     async def _reported(self, done: Callable[[], bool], seconds: float) -> None:
         """Read the zygote's reports until ``done()``, the zygote is lost, or ``seconds``."""
@@ -674,23 +615,7 @@ class Child:
             with contextlib.suppress(OSError):
                 os.close(self.pidfd)
             self.pidfd = None
-        if self.run_fs is not None:
-            os.close(self.run_fs)  # the last hold on the run's file system: it is freed
-            self.run_fs = None
-        if self.cgroups is not None:
-            self.cgroups.kill_all()
-            self.cgroups.remove()
-            self.cgroups = None
-        shutil.rmtree(self.workdir, ignore_errors=True)
-        if self.lease is not None and runner_gone:
-            # No process runs as the id any more (the runner, and everything in the
-            # cgroups, killed just now): another run may have it. (A runner that would
-            # not die keeps its id held until this host exits.)
-            self.lease.release()
-            self.lease = None
-        elif self.lease is not None:
-            _held_leases.append(self.lease)  # on purpose, for as long as this host lives
-            self.lease = None
+        self.workspace.remove(runner_gone=runner_gone)
         if self.zygote_lost and _retired:
             with _lock:
                 _reap_retired()

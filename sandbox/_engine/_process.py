@@ -240,7 +240,7 @@ class _Run:
         self.level = level
         self.t0 = t0
         self.stack_wanted = stack_wanted
-        self.cgroups = child.cgroups
+        self.cgroups = child.workspace.cgroups
         self.start_ch = FdChannel(*child.start_fds)
         self.call_ch = FdChannel(*child.call_fds)
         self.stdout = _Output(child.out_fd, given(budget.max_output))
@@ -261,7 +261,7 @@ class _Run:
         if not_ready is not None:
             return await self._refused(not_ready)
         try:
-            with self.child.limits_access():  # the run's own uid, on a root host
+            with self.child.workspace.limits_access():  # the run's own uid, on a root host
                 self._apply_limits()
         except OSError as exc:
             raise SpawnFailed(f"cannot set the run's limits: {exc}") from exc
@@ -468,7 +468,7 @@ class _Run:
             if not answered:
                 await self.child.wait_exit(_GRACE)
         m = self.measured
-        m.disk_hit = self.child.disk_full()
+        m.disk_hit = self.child.workspace.disk_full()
         if cgroups is not None:
             m.cpu_time = cgroups.cpu_time()
             m.memory_hit = cgroups.memory_exceeded()

@@ -77,7 +77,7 @@ def run_processes() -> list[psutil.Process]:
     keep = _supervisor.host_processes()
     # An idle pool child, or one being made (its pid not reported yet), is known by its
     # working directory.
-    idle_dirs = {child.workdir for child in _idle_children()}
+    idle_dirs = {child.workspace.workdir for child in _idle_children()}
     found: dict[int, psutil.Process] = {}
     for pid in keep:
         with contextlib.suppress(psutil.Error):
@@ -114,7 +114,7 @@ def _idle_children() -> list[_supervisor.Child]:
 def run_dirs() -> set[str]:
     """This host's runs' working directories that still exist (not a pool's idle child's)."""
     prefix = f"{_supervisor.WORKDIR_PREFIX}{os.getpid()}-"
-    held = {Path(child.workdir).name for child in _idle_children()}
+    held = {Path(child.workspace.workdir).name for child in _idle_children()}
     return {p.name for p in Path(tempfile.gettempdir()).glob(f"{prefix}*")} - held
 
 
@@ -129,8 +129,8 @@ def run_cgroups() -> set[Path]:
     held = {
         path
         for child in _idle_children()
-        if child.cgroups is not None
-        for path in child.cgroups.dirs.values()
+        if child.workspace.cgroups is not None
+        for path in child.workspace.cgroups.dirs.values()
     }
     return found - held
 

@@ -1,0 +1,144 @@
+"""A run's workspace: what the host makes for one run, and removes once its processes are gone.
+
+Theory of operation
+-------------------
+Before a child is asked for, the host makes the run's place on the host
+(:class:`Workspace`): a private working directory, the run's cgroups (with no limits
+yet: the host sets them once the child is ready, before the Start), and, for a confined
+run on a root host, a leased uid (:mod:`._uid`). Once a confined child is ready, the
+workspace also holds the run's own file system (a descriptor through the runner's root),
+which is how the host tells that the run filled its disk.
+
+None of it is a process, and none of it may go while a process of the run could still use
+it: :meth:`Workspace.remove` is called only once the run's processes have been sent
+SIGKILL (the caller says whether the runner is known to be gone). Removing is idempotent
+and never raises; what cannot go yet stays on purpose:
+
+* cgroups that still list a process are killed again, and stay if they cannot be removed;
+* a uid lease whose runner was not seen to exit is held until this host exits
+  (:data:`_held_leases`), so that no other run is given an id a process of this one may
+  still have.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+import uuid
+from typing import Final
+
+from protocol import CGROUP_PREFIX, WORKDIR_PREFIX
+from runner import default_disk_files
+
+from .._errors import SpawnFailed
+from . import _uid
+from ._reaper import CgroupSet
+
+__all__ = ["Workspace", "disk_files"]
+
+#: The uid leases of runners that would not die: held until this host exits, so that no
+#: other run is given an id a process of an earlier run may still have.
+_held_leases: list[_uid.Lease] = []
+#: A run's file system with less room than this left is full: a write of the size Python's
+#: buffered files make (64 KiB) no longer fits.
+_DISK_SLACK: Final = 64 << 10
+
+
+def disk_files(disk_bytes: int | None) -> int | None:
+    """The files a run's file system of ``disk_bytes`` holds (None: no bound)."""
+    return None if disk_bytes is None else default_disk_files(disk_bytes)
+
+
+class Workspace:
+    """One run's working directory, cgroups, uid lease and file system (see the module
+    docstring)."""
+
+    def __init__(self, *, confined: bool, use_cgroups: bool, disk_bytes: int | None) -> None:
+        """Make the run's working directory and cgroups (no limits yet); for a confined
+        run on a root host, lease its uid.
+
+        ``disk_bytes``: a confined run's file system (its working directory and ``/tmp``;
+        None: no bound but memory); the host's working directory stays empty.
+
+        Raises:
+            SpawnFailed: the lease or the cgroups could not be made (nothing is left
+                behind).
+            OSError: the working directory could not be made.
+        """
+        self.disk_bytes = disk_bytes
+        self.workdir = tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-")
+        self.lease: _uid.Lease | None = None
+        self.cgroups: CgroupSet | None = None
+        #: The run's file system, seen from the host (a confined run's, once ready).
+        self.run_fs: int | None = None
+        try:
+            if confined:
+                self.lease = _uid.lease()
+            if use_cgroups:
+                self.cgroups = CgroupSet.create(
+                    f"{CGROUP_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:16]}", memory=None, pids=None
+                )
+        except OSError as exc:
+            self.remove(runner_gone=True)
+            raise SpawnFailed(f"cannot prepare the run: {exc}") from exc
+
+    def hold_fs(self, pid: int) -> str | None:
+        """Hold the run's file system (through the root of ``pid``, the run's runner) while
+        nothing of the run has run yet: what :meth:`disk_full` reads. None when held, else
+        why not."""
+        if self.run_fs is not None:
+            return None
+        try:
+            fd = os.open(
+                f"/proc/{pid}/root{self.workdir}",
+                os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+            )
+        except OSError as exc:
+            return f"the run's file system cannot be found: {exc}"
+        info = os.fstatvfs(fd)
+        # The run's own: a file system of exactly the asked size, not the host's (tmpfs
+        # rounds its size up to pages, and says 0 for no bound).
+        pages = -(-(self.disk_bytes or 0) // info.f_frsize)
+        if (info.f_blocks, info.f_files) != (pages, disk_files(self.disk_bytes) or 0):
+            os.close(fd)
+            return "the run's working directory is not the run's own file system"
+        self.run_fs = fd
+        return None
+
+    def limits_access(self) -> contextlib.AbstractContextManager[None]:
+        """Within: this thread may set the limits of the run's processes (a leased uid's:
+        see :meth:`sandbox._uid.Lease.real_ids`)."""
+        return contextlib.nullcontext() if self.lease is None else self.lease.real_ids()
+
+    def disk_full(self) -> bool:
+        """Whether the run's file system is full: less than :data:`_DISK_SLACK` bytes, or no
+        file, left (decided by the host, from what it sees of the file system)."""
+        if self.run_fs is None or self.disk_bytes is None:
+            return False
+        info = os.fstatvfs(self.run_fs)
+        return info.f_bavail * info.f_frsize < _DISK_SLACK or info.f_favail == 0
+
+    def remove(self, *, runner_gone: bool) -> None:
+        """Remove what the run made, once its processes have been sent SIGKILL (idempotent).
+
+        ``runner_gone``: the runner is known to have exited; if not, the uid lease is held
+        until this host exits rather than released.
+        """
+        if self.run_fs is not None:
+            os.close(self.run_fs)  # the last hold on the run's file system: it is freed
+            self.run_fs = None
+        if self.cgroups is not None:
+            self.cgroups.kill_all()
+            self.cgroups.remove()
+            self.cgroups = None
+        shutil.rmtree(self.workdir, ignore_errors=True)
+        if self.lease is not None and runner_gone:
+            # No process runs as the id any more (the runner, and everything in the
+            # cgroups, killed just now): another run may have it. (A runner that would
+            # not die keeps its id held until this host exits.)
+            self.lease.release()
+        elif self.lease is not None:
+            _held_leases.append(self.lease)  # on purpose, for as long as this host lives
+        self.lease = None
