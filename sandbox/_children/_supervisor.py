@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import fcntl
 import functools
 import math
 import os
@@ -57,7 +56,6 @@ import anyio
 import msgspec
 
 from protocol import (
-    FD_NAMES,
     MAX_FORK_MESSAGE,
     REPORT_DECODER,
     WORKDIR_PREFIX,
@@ -73,6 +71,7 @@ from protocol import (
 from runner import DEFAULT_DISK_BYTES
 
 from .._errors import SpawnFailed
+from ._pipes import open_pipes
 from ._remains import REMAINS
 from ._workspace import Workspace, disk_files
 
@@ -85,8 +84,6 @@ _RUNNER_BOOT: Final = f"import sys; sys.path[:0] = {_PATHS!r}; from runner impor
 _ZYGOTE_BOOT: Final = (
     f"import sys; sys.path[:0] = {_PATHS!r}; from runner import zygote_main; zygote_main()"
 )
-#: The call channel's pipe buffers: large enough for a big result to move in few reads.
-_PIPE_BYTES: Final = 1 << 20
 #: How long a zygote may take to say hello, and to answer a request, before it is
 #: considered wedged and replaced.
 _ZYGOTE_TIMEOUT: Final = 30.0
@@ -326,50 +323,11 @@ class Child:
         self.failure: str | None = None  # the zygote could not make the child
         #: A pool's: asks for this child's replacement (without waiting), once the run ends.
         self.refill: Callable[[], None] | None = None
-        self._ready: bytes | None = None
-        self._mine: list[int] = []
-        self._theirs: list[int] = []
-        reads: list[int] = []  # the read ends of the run's seven pipes
-        writes: list[int] = []  # and their write ends, in the same order
         try:
-            for _ in range(7):
-                r, w = os.pipe2(os.O_CLOEXEC)
-                reads.append(r)
-                writes.append(w)
-            mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            self.pipes, self.ready, self.report = open_pipes()
         except OSError as exc:
-            for fd in (*reads, *writes):
-                os.close(fd)
             self.workspace.remove(runner_gone=True)
             raise SpawnFailed(f"cannot prepare the run: {exc}") from exc
-        self.report = mine
-        mine.setblocking(False)  # read only when there is something to read
-        # Pipes as (read end, write end): start down, start up, call down, call up, stdout,
-        # stderr, ready. Which end is the child's follows FD_NAMES.
-        down_s, up_s, down_c, up_c, out, err, ready = zip(reads, writes, strict=True)
-        for write_end in (up_c[1], down_c[1]):
-            # A 1 MiB pipe moves a large result in 16 reads, not 256 (PERF-NOTES); best
-            # effort, as pipe-max-size may forbid it.
-            with contextlib.suppress(OSError):
-                fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
-        ready_r, ready_w = ready
-        self.start_fds = (up_s[0], down_s[1])  # we read the child's up, write its down
-        self.call_fds = (up_c[0], down_c[1])
-        self.out_fd = out[0]
-        self.err_fd = err[0]
-        self.ready_fd = ready_r
-        self._theirs = [
-            down_s[0],
-            up_s[1],
-            down_c[0],
-            up_c[1],
-            out[1],
-            err[1],
-            ready_w,
-            theirs.detach(),
-        ]
-        self._mine = [down_s[1], up_s[0], down_c[1], up_c[0], out[0], err[0]]
-        assert len(self._theirs) == len(FD_NAMES)
 
     def request(self, *, mode: Spawn, start_timeout: float) -> None:
         """Ask the zygote for the child (at most once, retried on a fresh zygote once).
@@ -393,7 +351,7 @@ class Child:
         for attempt in (1, 2):
             z = _zygote()
             try:
-                z.request(request, self._theirs)
+                z.request(request, self.pipes.theirs)
                 self._zygote = z
                 break
             except OSError as exc:
@@ -401,9 +359,7 @@ class Child:
                 if attempt == 2:
                     self.discard()
                     raise SpawnFailed(f"the zygote would not take the request: {exc}") from exc
-        for fd in self._theirs:
-            os.close(fd)
-        self._theirs = []
+        self.pipes.sent()
 
     def _confine_request(self) -> str:
         workspace = self.workspace
@@ -461,19 +417,8 @@ class Child:
                 if wedged is not None:
                     _replace(wedged)
             raise SpawnFailed(f"the zygote did not make the child: {self.failure or 'no answer'}")
-        if self._ready is None:
-            got = bytearray()
-            with anyio.move_on_after(seconds):
-                while True:
-                    await anyio.wait_readable(self.ready_fd)
-                    chunk = os.read(self.ready_fd, 4096)
-                    if not chunk:
-                        break
-                    got += chunk
-                    if got == b"R":
-                        break
-            self._ready = bytes(got)
-        if self._ready == b"R":
+        said = await self.ready.wait(seconds)
+        if said == b"R":
             if not self.confined:
                 return None
             # A confined child's runner is PID 1 of its namespace, which the zygote reports
@@ -484,11 +429,11 @@ class Child:
             if self.moved and self.pid is not None:
                 return self.workspace.hold_fs(self.pid)
             return "the child's PID 1 was not reported by the zygote"
-        if self._ready.startswith(b"!"):
-            return self._ready[1:].decode("utf-8", "replace")
+        if said.startswith(b"!"):
+            return said[1:].decode("utf-8", "replace")
         return (
             "the child ended before it was ready"
-            if self._ready == b""
+            if said == b""
             else "the child was not ready in time"
         )
 
@@ -513,11 +458,8 @@ class Child:
             return None
         if self.pidfd is not None and select.select([self.pidfd], [], [], 0)[0]:
             return False
-        if self._ready is None:
-            if not select.select([self.ready_fd], [], [], 0)[0]:
-                return None
-            self._ready = os.read(self.ready_fd, 4096)
-        return self._ready == b"R"
+        said = self.ready.said_nowait()
+        return None if said is None else said == b"R"
 
     def exit_seen(self) -> bool:
         """Whether the runner has exited (reported, or seen on its pidfd)."""
@@ -540,25 +482,10 @@ class Child:
                 return True
         return self.exited is not None or self.exit_seen()
 
-    def hand_over(self) -> None:
-        """The host's ends of the pipes are now owned (and closed) by someone else."""
-        self._mine = []
-
-    def close_channels(self) -> None:
-        """Close the host's ends of the pipes (idempotent)."""
-        for fd in self._mine:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        self._mine = []
-
     def discard(self) -> None:
         """Tear down a child that will never run (synchronously): close its Start, wait a
         little for it to exit, kill it if it does not, remove what the run made."""
-        for fd in self._theirs:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        self._theirs = []
-        self.close_channels()
+        self.pipes.close()
         if hasattr(self, "report"):
             # Requested: the report of the fork may still be on its way.
             self._block_until(lambda: self.pid is not None or self.zygote_lost, 2.0)
@@ -596,7 +523,7 @@ class Child:
         within the deadline is sent SIGKILL again; what still will not go keeps its uid
         lease until the host exits, and its cgroups stay until they are empty.
         """
-        self.close_channels()
+        self.pipes.close()
         if self.pid is not None and not self._block_until(self.exit_seen, _CLEAR_DEADLINE):
             self.kill()
             self._block_until(self.exit_seen, _CLEAR_DEADLINE)
@@ -608,9 +535,7 @@ class Child:
         runner_gone = self.pid is None or self.exit_seen()
         if hasattr(self, "report"):
             self.report.close()
-            if self.ready_fd >= 0:
-                os.close(self.ready_fd)
-                self.ready_fd = -1
+            self.ready.close()
         if self.pidfd is not None:
             with contextlib.suppress(OSError):
                 os.close(self.pidfd)

@@ -241,11 +241,11 @@ class _Run:
         self.t0 = t0
         self.stack_wanted = stack_wanted
         self.cgroups = child.workspace.cgroups
-        self.start_ch = FdChannel(*child.start_fds)
-        self.call_ch = FdChannel(*child.call_fds)
-        self.stdout = _Output(child.out_fd, given(budget.max_output))
-        self.stderr = _Output(child.err_fd, given(budget.max_output))
-        child.hand_over()
+        self.start_ch = FdChannel(*child.pipes.start_fds)
+        self.call_ch = FdChannel(*child.pipes.call_fds)
+        self.stdout = _Output(child.pipes.out_fd, given(budget.max_output))
+        self.stderr = _Output(child.pipes.err_fd, given(budget.max_output))
+        child.pipes.hand_over()
         self.stopped = False
         self.finished = False
         self.cpu_hit = False  # the CPU watcher ended the run
