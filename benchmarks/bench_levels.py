@@ -74,6 +74,7 @@ import msgspec
 import psutil
 
 import sandbox
+import sandbox._children._runner as sandbox_runner
 import sandbox._children._supervisor as sandbox_supervisor
 import sandbox._engine._levels
 import sandbox._engine._process as sandbox_process
@@ -499,11 +500,12 @@ def instrumented() -> Iterator[None]:
     real_starter = Starter
     run_cls: Any = sandbox_process._Run
     child_cls: Any = sandbox_supervisor.Child
+    process_cls: Any = sandbox_runner.RunnerProcess
     cgroup_cls: Any = CgroupSet
     orig_acquire = sandbox_supervisor.acquire
     orig_ready = vars(child_cls)["wait_ready"]
     orig_end = vars(run_cls)["end"]
-    orig_wait = vars(child_cls)["wait_exit"]
+    orig_wait = vars(process_cls)["wait_exit"]
 
     async def acquire(*args: Any, **kwargs: Any) -> Any:
         child = await orig_acquire(*args, **kwargs)
@@ -548,7 +550,7 @@ def instrumented() -> Iterator[None]:
         patches.set(child_cls, "wait_ready", wait_ready)
         patches.set(sandbox_process, "Starter", TimedStarter)
         patches.set(run_cls, "end", end)
-        patches.set(child_cls, "wait_exit", wait_exit)
+        patches.set(process_cls, "wait_exit", wait_exit)
         patches.set(
             sandbox_process, "_set_rlimits", _spanned(sandbox_process._set_rlimits, "rlimits")
         )

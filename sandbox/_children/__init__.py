@@ -1,7 +1,9 @@
 """Where a run's processes come from and how they end: the zygote and pools of children
-(:mod:`._supervisor`), the run's cgroups and the end of every process a run started
-(:mod:`._reaper`), a confined run's own host uid (:mod:`._uid`), and the stack of a
-program killed at its wall clock (:mod:`._stack`).
+(:mod:`._supervisor`), and the handles a child is made of: the run's place on the host
+(:mod:`._workspace`), its pipes (:mod:`._pipes`) and its runner process (:mod:`._runner`);
+the run's cgroups and the end of every process a run started (:mod:`._reaper`), a
+confined run's own host uid (:mod:`._uid`), and the stack of a program killed at its wall
+clock (:mod:`._stack`).
 
 The layer below the run engine: it knows processes, not programs or budgets.
 """

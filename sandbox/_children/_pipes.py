@@ -16,7 +16,7 @@ Each of the host's ends has one owner at a time:
 * the ready pipe, on which the child says once whether it waits for its Start (``R``),
   or why not (``!`` and the reason), or nothing (it ended first): :class:`ReadyPipe`;
 * the report socket, on which the zygote reports the child's process: the process handle
-  (:class:`~sandbox._children._supervisor.Child`).
+  (:class:`~sandbox._children._runner.RunnerProcess`).
 """
 
 from __future__ import annotations

@@ -25,6 +25,21 @@ confined level's walls if asked, and writes ``ready``; then the host sets the ru
 (cgroup limits, rlimits on every process of the run) and only then sends the Start. No
 child ever serves two runs: a runner exits after its one Result.
 
+What the host holds of a child is three small handles, each with an end of its own, which
+:class:`Child` composes and ends in order (:meth:`Child.clear`, :meth:`Child.discard`):
+
+* the run's :class:`~sandbox._children._workspace.Workspace` (working directory,
+  cgroups, uid lease, the run's file system), removed once every process of the run has
+  been sent SIGKILL;
+* its :class:`~sandbox._children._pipes.Pipes` and
+  :class:`~sandbox._children._pipes.ReadyPipe`: the child's ends go with the request, and
+  the run takes the host's ends of its channels (closing them is the cancel signal);
+* the runner's :class:`~sandbox._children._runner.RunnerProcess` (pid, pidfd, exit
+  status), in the shape of ``trio.Process``: every path ends with it reaped.
+
+The child itself is the request: which zygote took it, whether the child is ready, and
+what to replace when the zygote never answers.
+
 The zygote reports each child's pid (with a pidfd) and, after reaping it, its exit status
 and resource usage, on the run's own report socket. If the zygote dies, its children go on
 (they are re-parented to the keeper, which reaps them), their runs end normally, and the
@@ -36,7 +51,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import functools
-import math
 import os
 import queue
 import select
@@ -60,11 +74,8 @@ from protocol import (
     REPORT_DECODER,
     WORKDIR_PREFIX,
     ConfineRequest,
-    Exited,
-    Failed,
     Forked,
     ForkRequest,
-    Moved,
     RemoteProtocolError,
     decode_fork,
 )
@@ -73,6 +84,7 @@ from runner import DEFAULT_DISK_BYTES
 from .._errors import SpawnFailed
 from ._pipes import open_pipes
 from ._remains import REMAINS
+from ._runner import RunnerProcess
 from ._workspace import Workspace, disk_files
 
 __all__ = ["WORKDIR_PREFIX", "Child", "Pool", "Spawn", "acquire", "shutdown", "zygote_pid"]
@@ -283,7 +295,7 @@ def host_processes() -> set[int]:
         pairs = [*_retired, *([_current] if _current is not None else [])]
         found = {pid for z in pairs for pid in (z.pid, z.keeper.pid)}
     for pool in list(_pools):
-        found.update(child.pid for child in pool.idle() if child.pid is not None)
+        found.update(child.process.pid for child in pool.idle() if child.process.pid is not None)
     return found
 
 
@@ -296,7 +308,13 @@ def _replace(broken: _Zygote) -> None:
 
 
 class Child:
-    """One run's child: what the host holds of it, from the request to its reaping."""
+    """One run's child: what the host holds of it, from the request to its reaping.
+
+    Three handles, each with its own end (see the module docstring): the run's
+    :attr:`workspace` on the host, its :attr:`pipes` (and the :attr:`ready` pipe), and
+    the runner's :attr:`process`, which always ends reaped. The child itself is the
+    request to the zygote, and the order in which they are torn down.
+    """
 
     def __init__(
         self, *, confined: bool, use_cgroups: bool, disk_bytes: int | None = DEFAULT_DISK_BYTES
@@ -314,20 +332,15 @@ class Child:
         self.workspace = Workspace(
             confined=confined, use_cgroups=use_cgroups, disk_bytes=disk_bytes
         )
-        self.pid: int | None = None
-        self.pidfd: int | None = None
-        self.exited: Exited | None = None
-        self.moved = False  # a confined child's PID 1 has been reported as its runner
-        self._zygote: _Zygote | None = None  # the one that took the request
-        self.zygote_lost = False
-        self.failure: str | None = None  # the zygote could not make the child
-        #: A pool's: asks for this child's replacement (without waiting), once the run ends.
-        self.refill: Callable[[], None] | None = None
         try:
-            self.pipes, self.ready, self.report = open_pipes()
+            self.pipes, self.ready, report = open_pipes()
         except OSError as exc:
             self.workspace.remove(runner_gone=True)
             raise SpawnFailed(f"cannot prepare the run: {exc}") from exc
+        self.process = RunnerProcess(report)
+        self._zygote: _Zygote | None = None  # the one that took the request
+        #: A pool's: asks for this child's replacement (without waiting), once the run ends.
+        self.refill: Callable[[], None] | None = None
 
     def request(self, *, mode: Spawn, start_timeout: float) -> None:
         """Ask the zygote for the child (at most once, retried on a fresh zygote once).
@@ -366,69 +379,16 @@ class Child:
         uid = None if workspace.lease is None else workspace.lease.id
         return _confine_request(workspace.workdir, uid, workspace.disk_bytes)
 
-    def poll_report(self) -> None:
-        """Read what the zygote has reported, without waiting."""
-        while self.exited is None and not self.zygote_lost:
-            try:
-                # (The socket is non-blocking: Python 3.11's recv_fds drops its flags.)
-                data, received, _, _ = socket.recv_fds(self.report, MAX_FORK_MESSAGE, 1)
-            except BlockingIOError:
-                return
-            except OSError:
-                data, received = b"", []
-            pidfd = received.pop(0) if received else None
-            for fd in received:
-                os.close(fd)
-            if pidfd is not None:
-                if self.pidfd is not None:  # the runner moved: the new pidfd replaces the old
-                    os.close(self.pidfd)
-                self.pidfd = pidfd
-            if not data:
-                self.zygote_lost = True  # the zygote died: the child lives on, unreported
-                return
-            try:
-                report = decode_fork(REPORT_DECODER, data)
-            except RemoteProtocolError:
-                self.zygote_lost = True
-                return
-            if isinstance(report, Forked):
-                self.pid = report.pid
-            elif isinstance(report, Moved):
-                self.pid = report.pid
-                self.moved = True
-            elif isinstance(report, Exited):
-                self.exited = report
-            elif isinstance(report, Failed):
-                self.failure = report.error
-                self.zygote_lost = True
-
     async def wait_ready(self, seconds: float = _READY_TIMEOUT) -> str | None:
         """Wait until the child waits for its Start. None when it does, else why not.
 
         Raises:
             SpawnFailed: the zygote never made the child.
         """
-        await self._reported(lambda: self.pid is not None, min(seconds, _ZYGOTE_TIMEOUT))
-        if self.pid is None:
-            if self.failure is None and not self.zygote_lost:
-                # The zygote took the request and never answered: it is wedged.
-                with _lock:
-                    wedged = _current
-                if wedged is not None:
-                    _replace(wedged)
-            raise SpawnFailed(f"the zygote did not make the child: {self.failure or 'no answer'}")
+        await self._wait_forked(seconds)
         said = await self.ready.wait(seconds)
         if said == b"R":
-            if not self.confined:
-                return None
-            # A confined child's runner is PID 1 of its namespace, which the zygote reports
-            # once the child that forked it has exited.
-            await self._reported(
-                lambda: self.moved or self.exited is not None, min(seconds, _ZYGOTE_TIMEOUT)
-            )
-            if self.moved and self.pid is not None:
-                return self.workspace.hold_fs(self.pid)
-            return "the child's PID 1 was not reported by the zygote"
+            return await self._wait_moved(seconds) if self.confined else None
         if said.startswith(b"!"):
             return said[1:].decode("utf-8", "replace")
         return (
@@ -437,82 +397,61 @@ class Child:
             else "the child was not ready in time"
         )
 
-    async def _reported(self, done: Callable[[], bool], seconds: float) -> None:
-        """Read the zygote's reports until ``done()``, the zygote is lost, or ``seconds``."""
-        with anyio.move_on_after(seconds):
-            while not done() and not self.zygote_lost:
-                await anyio.wait_readable(self.report)
-                self.poll_report()
+    async def _wait_forked(self, seconds: float) -> None:
+        """Wait for the zygote's report of the fork; replace a zygote that never answers.
+
+        Raises:
+            SpawnFailed: the zygote never made the child.
+        """
+        process = self.process
+        await process.wait_reported(lambda: process.pid is not None, min(seconds, _ZYGOTE_TIMEOUT))
+        if process.pid is not None:
+            return
+        if process.failure is None and not process.zygote_lost:
+            # The zygote took the request and never answered: it is wedged.
+            with _lock:
+                wedged = _current
+            if wedged is not None:
+                _replace(wedged)
+        raise SpawnFailed(f"the zygote did not make the child: {process.failure or 'no answer'}")
+
+    async def _wait_moved(self, seconds: float) -> str | None:
+        """A confined child's runner is PID 1 of its namespace, which the zygote reports
+        once the child that forked it has exited: wait for it, then hold the run's file
+        system. None when both are done, else why not."""
+        process = self.process
+        await process.wait_reported(
+            lambda: process.moved or process.exited is not None, min(seconds, _ZYGOTE_TIMEOUT)
+        )
+        if process.moved and process.pid is not None:
+            return self.workspace.hold_fs(process.pid)
+        return "the child's PID 1 was not reported by the zygote"
 
     def ready_now(self) -> bool | None:
         """Without waiting: True if ready, False if it failed or died, None if not known yet."""
-        self.poll_report()
-        if self.exited is not None or self.failure is not None:
+        process = self.process
+        process.poll()
+        if process.exited is not None or process.failure is not None:
             return False
-        if self.pid is None:
+        if process.pid is None:
             # Not forked yet: lost for good if the zygote that took the request is gone
             # (its descriptors may stay in flight, with no EOF to tell).
             z = self._zygote
-            if self.zygote_lost or z is None or not z.alive():
-                return False
-            return None
-        if self.pidfd is not None and select.select([self.pidfd], [], [], 0)[0]:
+            return False if process.zygote_lost or z is None or not z.alive() else None
+        if process.exit_on_pidfd():
             return False
         said = self.ready.said_nowait()
         return None if said is None else said == b"R"
-
-    def exit_seen(self) -> bool:
-        """Whether the runner has exited (reported, or seen on its pidfd)."""
-        self.poll_report()
-        if self.exited is not None:
-            return True
-        return self.pidfd is not None and bool(select.select([self.pidfd], [], [], 0)[0])
-
-    async def wait_exit(self, seconds: float) -> bool:
-        """Wait up to ``seconds`` for the runner to exit. Returns whether it did.
-
-        The exit status comes from the zygote; if the zygote is gone, only the pidfd says
-        that the runner has exited, and the status stays unknown.
-        """
-        with anyio.move_on_after(seconds):
-            await self._reported(lambda: self.exited is not None, math.inf)
-            if self.exited is None:  # the zygote is lost: only the pidfd can tell
-                if self.pidfd is not None:
-                    await anyio.wait_readable(self.pidfd)
-                return True
-        return self.exited is not None or self.exit_seen()
 
     def discard(self) -> None:
         """Tear down a child that will never run (synchronously): close its Start, wait a
         little for it to exit, kill it if it does not, remove what the run made."""
         self.pipes.close()
-        if hasattr(self, "report"):
-            # Requested: the report of the fork may still be on its way.
-            self._block_until(lambda: self.pid is not None or self.zygote_lost, 2.0)
-        if self.pid is not None and not self._block_until(self.exit_seen, 2.0):
-            self.kill()
-            self._block_until(self.exit_seen, 5.0)
+        process = self.process
+        # Requested: the report of the fork may still be on its way.
+        process.block_until(lambda: process.pid is not None or process.zygote_lost, 2.0)
+        process.wait_reaped(2.0, 5.0)
         self.release()
-
-    def _block_until(self, done: Callable[[], bool], seconds: float) -> bool:
-        """Wait (blocking) for ``done()``, waking on the zygote's reports or, once the
-        zygote is lost, on the runner's pidfd; False if ``seconds`` passed first."""
-        deadline = time.monotonic() + seconds
-        while not done():
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            if not self.zygote_lost:
-                select.select([self.report], [], [], min(left, 0.05))
-                self.poll_report()
-            else:
-                select.select([] if self.pidfd is None else [self.pidfd], [], [], min(left, 0.05))
-        return True
-
-    def kill(self) -> None:
-        if self.pidfd is not None:
-            with contextlib.suppress(OSError):
-                signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
 
     def clear(self) -> None:
         """Clear the remains of a run that is over (blocking; the remains thread's work).
@@ -524,24 +463,18 @@ class Child:
         lease until the host exits, and its cgroups stay until they are empty.
         """
         self.pipes.close()
-        if self.pid is not None and not self._block_until(self.exit_seen, _CLEAR_DEADLINE):
-            self.kill()
-            self._block_until(self.exit_seen, _CLEAR_DEADLINE)
+        self.process.wait_reaped(_CLEAR_DEADLINE, _CLEAR_DEADLINE)
         self.release()
 
     def release(self) -> None:
         """Remove what the run made, once its processes are gone (idempotent)."""
+        process = self.process
         # Read before the report socket and the pidfd are closed: whether the runner is gone.
-        runner_gone = self.pid is None or self.exit_seen()
-        if hasattr(self, "report"):
-            self.report.close()
-            self.ready.close()
-        if self.pidfd is not None:
-            with contextlib.suppress(OSError):
-                os.close(self.pidfd)
-            self.pidfd = None
+        runner_gone = process.pid is None or process.exit_seen()
+        self.ready.close()
+        process.close()
         self.workspace.remove(runner_gone=runner_gone)
-        if self.zygote_lost and _retired:
+        if process.zygote_lost and _retired:
             with _lock:
                 _reap_retired()
 

@@ -236,6 +236,7 @@ class _Run:
         self, child: Child, budget: Budget, level: Level, t0: float, *, stack_wanted: bool
     ) -> None:
         self.child = child
+        self.process = child.process
         self.budget = budget
         self.level = level
         self.t0 = t0
@@ -276,14 +277,14 @@ class _Run:
         budget = self.budget
         if self.cgroups is not None:
             self.cgroups.set_limits(memory=budget.max_memory, pids=given(budget.max_processes))
-        if self.child.pid is not None:
-            _set_rlimits(self.child.pid, budget, cpu_watched=self._cpu_watched())
+        if self.process.pid is not None:
+            _set_rlimits(self.process.pid, budget, cpu_watched=self._cpu_watched())
 
     async def _refused(self, reason: str) -> Ending:
         """A child that could not be made ready: no Start was sent; its stderr and exit
         status say why (a runner that could not put up its walls exits NOT_CONFINED)."""
         await self.stop(answered=False)
-        await self.child.wait_exit(_GRACE)
+        await self.process.wait_exit(_GRACE)
         self.stderr.read_now()
         confinement = _exit_code(self.child) == RunnerExit.NOT_CONFINED
         verdict = Verdict(
@@ -345,8 +346,8 @@ class _Run:
                         Cause.WALL_CLOCK,
                         f"wall-clock limit of {wall_clock} s reached; the run was killed",
                     )
-                    if self.stack_wanted and self.child.pid is not None:  # before the kill
-                        self.stack = await python_stack(self.child.pid)
+                    if self.stack_wanted and self.process.pid is not None:  # before the kill
+                        self.stack = await python_stack(self.process.pid)
                 elif self.cpu_hit and result is None:
                     verdict = Verdict(
                         Kind.LIMIT,
@@ -391,7 +392,7 @@ class _Run:
         return Ending(
             level=self.level.value,
             wall_time=time.perf_counter() - self.t0,
-            status=None if self.child.exited is None else self.child.exited.status,
+            status=None if self.process.exited is None else self.process.exited.status,
             limits={
                 "max_memory": self.budget.max_memory,
                 "max_processes": given(self.budget.max_processes),
@@ -466,7 +467,7 @@ class _Run:
             cgroups.kill_all()
             self.start_ch.close()
             if not answered:
-                await self.child.wait_exit(_GRACE)
+                await self.process.wait_exit(_GRACE)
         m = self.measured
         m.disk_hit = self.child.workspace.disk_full()
         if cgroups is not None:
@@ -474,36 +475,34 @@ class _Run:
             m.memory_hit = cgroups.memory_exceeded()
             m.pids_hit = cgroups.pids_exceeded()
             m.peak_memory = cgroups.memory_peak()
-        elif self.child.exited is not None:
-            exited = self.child.exited
+        elif self.process.exited is not None:
+            exited = self.process.exited
             m.cpu_time, m.peak_memory = exited.utime + exited.stime, exited.maxrss
 
     async def _stop_tree(self, *, answered: bool) -> None:
         """The end without cgroups: the runner holds the run's processes in its tree."""
-        child = self.child
-        pid = child.pid
-        if pid is not None and not child.exit_seen():
+        process = self.process
+        pid = process.pid
+        if pid is not None and not process.exit_seen():
             kill_tree(pid)  # everything the program started, while the runner holds it
         self.start_ch.close()  # the runner may go now
-        if pid is not None and not await child.wait_exit(_GRACE if answered else 0):
+        if pid is not None and not await process.wait_exit(_GRACE if answered else 0):
             # (PID 1 of a namespace takes from outside only the signals it handles: a
             # confined runner goes straight to SIGKILL.)
             if self.level is not Level.CONFINED:
                 self._signal_runner(signal.SIGTERM)
-            if self.level is Level.CONFINED or not await child.wait_exit(_GRACE):
+            if self.level is Level.CONFINED or not await process.wait_exit(_GRACE):
                 self._signal_runner(signal.SIGKILL)
-                await child.wait_exit(_CLEANUP_DEADLINE)
+                await process.wait_exit(_CLEANUP_DEADLINE)
         if pid is not None:
             kill_tree(pid)
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)
-        if child.exited is None and not child.zygote_lost and pid is not None:
-            await child.wait_exit(_GRACE)
+        if process.exited is None and not process.zygote_lost and pid is not None:
+            await process.wait_exit(_GRACE)
 
     def _signal_runner(self, sig: signal.Signals) -> None:
-        if self.child.pidfd is not None:
-            with contextlib.suppress(ProcessLookupError, OSError):
-                signal.pidfd_send_signal(self.child.pidfd, sig)
+        self.process.send_signal(sig)
 
     async def finish(self) -> None:
         """Stop the run if it is not yet, close the host's ends, hand the remains over.
@@ -529,7 +528,8 @@ class _Run:
 
 
 def _exit_code(child: Child) -> int | None:
-    status = None if child.exited is None else child.exited.status
+    exited = child.process.exited
+    status = None if exited is None else exited.status
     if status is None or not os.WIFEXITED(status):
         return None
     return os.WEXITSTATUS(status)

@@ -110,8 +110,8 @@ async def test_a_pool_child_that_died_idle_is_not_used() -> None:
         assert (await sandbox.run("1", spawn=pool)).ok
         assert pool.wait_full(30)
         for child in pool.idle():
-            assert child.pid is not None
-            os.kill(child.pid, signal.SIGKILL)
+            assert child.process.pid is not None
+            os.kill(child.process.pid, signal.SIGKILL)
         with anyio.fail_after(30):
             while any(child.ready_now() is not False for child in pool.idle()):  # noqa: ASYNC110
                 await anyio.sleep(0.01)
