@@ -162,7 +162,8 @@ class Forked(msgspec.Struct, frozen=True, tag="forked", forbid_unknown_fields=Tr
 
 class Moved(msgspec.Struct, frozen=True, tag="moved", forbid_unknown_fields=True):
     """A confined runner's PID 1 is now the zygote's child, and the run's runner (a pidfd
-    of it attached)."""
+    of it attached). Its pid is the :class:`Forked` one's when the zygote forked the child
+    PID 1 of its namespace at birth."""
 
     pid: _Pid
 

@@ -9,7 +9,9 @@ is only data) and before the program runs, in this order, each a wall of its own
    the run's own small file system (not the host's) for its working directory and
    ``/tmp``; a minimal ``/dev``, a ``/proc`` of the run's own processes; every capability
    dropped, ``no_new_privs`` set, and, on a root host, the run's own unprivileged host
-   uid and gid. The runner continues as PID 1 of the new PID namespace.
+   uid and gid. The runner continues as PID 1 of the new PID namespace. A root zygote
+   builds the view once and forks each runner PID 1 of its namespace at birth: the runner
+   copies that view rather than building its own (:func:`shared_view`).
    (Forking after the Start is what puts PID 1 in the cgroups and under the rlimits the
    host set up before sending it.)
 2. Landlock (:mod:`runner._landlock`): the same view again, enforced by the kernel's own
@@ -51,32 +53,51 @@ def _read_only(import_paths: tuple[str, ...]) -> tuple[str, ...]:
 
 def warm(request: ConfineRequest) -> None:
     """Compute, in a template process, what every confined child it forks would compute."""
-    _read_only(request.import_paths)
+    read_only = _read_only(request.import_paths)
     _seccomp.build_filter(_seccomp._host_arch())
+    if _namespaces.shares_view(_spec(request)):
+        _namespaces.warm_shared_view(read_only)
 
 
-def confine(request: ConfineRequest, *, detach: bool = False) -> None:
+def shared_view(request: ConfineRequest) -> tuple[str, ...] | None:
+    """The read-only paths of the view that runs of ``request`` can share (what
+    :func:`runner._namespaces.build_shared_view` is given), or None if they cannot."""
+    spec = _spec(request)
+    return spec.read_only if _namespaces.shares_view(spec) else None
+
+
+def _spec(request: ConfineRequest) -> _namespaces.ConfineSpec:
+    return _namespaces.ConfineSpec(
+        read_only=_read_only(request.import_paths),
+        workdir=request.workdir,
+        hostname=request.hostname,
+        host_uid=request.host_uid,
+        host_gid=request.host_gid,
+        disk_bytes=request.disk_bytes,
+        disk_files=request.disk_files,
+    )
+
+
+def confine(
+    request: ConfineRequest,
+    *,
+    detach: bool = False,
+    view: int | None = None,
+    pid_one: bool = False,
+) -> None:
     """Put up every wall (see the module docstring); returns inside them, as PID 1.
 
     ``detach``: the calling process leaves PID 1 to its supervisor rather than waiting
-    outside for it (see :func:`runner._namespaces.enter`).
+    outside for it; ``view``: a shared view's mount namespace to copy (closed here);
+    ``pid_one``: the process was forked PID 1 already (see
+    :func:`runner._namespaces.enter`).
 
     Raises:
         ValueError, OSError: a wall could not be put up; the program must not run.
     """
-    read_only = _read_only(request.import_paths)
-    _namespaces.enter(
-        _namespaces.ConfineSpec(
-            read_only=read_only,
-            workdir=request.workdir,
-            hostname=request.hostname,
-            host_uid=request.host_uid,
-            host_gid=request.host_gid,
-            disk_bytes=request.disk_bytes,
-            disk_files=request.disk_files,
-        ),
-        detach=detach,
-    )
+    spec = _spec(request)
+    _namespaces.enter(spec, detach=detach, view=view, pid_one=pid_one)
+    read_only = spec.read_only
     _landlock.restrict(
         read_only=read_only,
         read_write=(request.workdir, "/tmp", "/dev"),

@@ -152,10 +152,12 @@ class Arguments:
         "call_fds",
         "confine",
         "linger",
+        "pid_one",
         "ready_fd",
         "start_fds",
         "start_timeout",
         "supervised",
+        "view",
     )
 
     def __init__(
@@ -169,6 +171,8 @@ class Arguments:
         ready_fd: int | None = None,
         supervised: bool = False,
         linger: bool = True,
+        view: int | None = None,
+        pid_one: bool = False,
     ) -> None:
         self.start_fds = start_fds
         self.call_fds = call_fds
@@ -178,6 +182,10 @@ class Arguments:
         self.ready_fd = ready_fd
         self.supervised = supervised
         self.linger = linger
+        #: From the zygote (see :func:`runner._confine.confine`): a shared view's mount
+        #: namespace to copy, and whether this process was forked PID 1 already.
+        self.view = view
+        self.pid_one = pid_one
 
 
 #: The options that take a value, and their values when not given.
@@ -353,12 +361,14 @@ def _flush_stdio() -> None:
             pass
 
 
-def _confine(request_json: str, *, detach: bool = False) -> str | None:
+def _confine(
+    request_json: str, *, detach: bool = False, view: int | None = None, pid_one: bool = False
+) -> str | None:
     """Put up the confined level's walls; None when they are up, else why not."""
     from ._confine import confine, parse
 
     try:
-        confine(parse(request_json), detach=detach)
+        confine(parse(request_json), detach=detach, view=view, pid_one=pid_one)
     except (ValueError, OSError) as exc:
         return f"the sandbox's walls could not be put up: {exc}"
     return None
@@ -507,7 +517,7 @@ def _load_backend(args: Arguments) -> Backend | None:
 def _confine_before_start(args: Arguments) -> bool:
     """The walls, before the Start (``--ready``); False (the host told why) if they failed."""
     # A supervised runner's PID 1 goes to the zygote, which reports it to the host.
-    failure = _confine(args.confine, detach=args.supervised)
+    failure = _confine(args.confine, detach=args.supervised, view=args.view, pid_one=args.pid_one)
     if failure is None:
         return True
     # Nothing of the run has arrived; the host is told why.

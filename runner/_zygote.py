@@ -35,9 +35,17 @@ request the zygote forks once. In the child, before anything of the run arrives,
 * ``cold``: executes a fresh ``python -I -S`` runner with the same descriptors instead:
   the reference point that shows what the warm path saves.
 
+A root zygote does two things for a warm confined child beforehand: it forks it PID 1 of a
+PID namespace of its own (:func:`runner._namespaces.fork_pid_one`: no second fork), and
+hands it a descriptor of the **shared view** (descriptor 8), a mount namespace holding the
+read-only view of the host, which a helper process builds once per set of read-only paths
+(:func:`_build_shared_view`) and which each child copies rather than building its own
+(see :mod:`runner._namespaces`, *The shared view*).
+
 In the zygote, the report socket gets ``forked`` (with a pidfd of the child attached);
 for a confined child, ``moved`` (with a pidfd) once the child has forked PID 1 of its
-namespace and exited, leaving PID 1, the same session, to the zygote as the run's runner;
+namespace and exited, leaving PID 1, the same session, to the zygote as the run's runner
+(right after ``forked``, for a child forked PID 1 at birth: it is the runner);
 and, once the zygote has reaped the runner, ``exited`` with its wait status and resource
 usage, after which it is closed. Processes a dead runner leaves behind come up to the
 zygote (its subreaper) and are killed on sight.
@@ -87,7 +95,11 @@ __all__ = ["main"]
 
 #: Where the run's channels and ready pipe land in the child (0, 1, 2 are its stdio).
 _CHILD_FDS: Final = (3, 4, 5, 6, 7)
+#: Where a shared view's mount namespace lands in a confined child (see ``_Job.view``).
+_VIEW_FD: Final = 8
 _PR_SET_CHILD_SUBREAPER: Final = 36
+#: How long the zygote waits for a shared view to be built (a few milliseconds, normally).
+_SHARED_VIEW_TIMEOUT: Final = 10.0
 #: How long the keeper waits for the zygote's own clean-up after the host has died.
 _KEEPER_GRACE: Final = 3.0
 
@@ -223,6 +235,15 @@ class _Zygote:
         #: Where the host's runs live: temporary directories and cgroup parents seen.
         self.places: set[str] = set()
         self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        #: The shared views built so far (mount namespaces), by their read-only paths; None
+        #: where one could not be built (its runs build their own view).
+        self.views: dict[tuple[str, ...], int | None] = {}
+        #: A root zygote's own PID namespace: it forks each confined runner PID 1 of a new
+        #: one (see :func:`runner._namespaces.fork_pid_one`).
+        self.pid_namespace: int | None = None
+        if os.geteuid() == 0:
+            with contextlib.suppress(OSError):
+                self.pid_namespace = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
 
     def serve(self) -> NoReturn:
         signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
@@ -277,26 +298,29 @@ class _Zygote:
         return True
 
     def _fork(self, request: ForkRequest, fds: list[int], report: socket.socket) -> None:
+        view: int | None = None
+        pid_one = False
         if request.confine:
-            from . import _confine
-
-            try:  # what every confined child would compute, computed once here
-                _confine.warm(_confine.parse(request.confine))
-            except (ValueError, OSError):
-                pass  # the child will meet the same error, and report it
+            view, pid_one = self._prepare_confined(request)
         try:
-            pid = os.fork()
+            pid = self._fork_pid_one() if pid_one else os.fork()
         except OSError as exc:
             for fd in fds:
                 os.close(fd)
             _send(report, Failed(f"fork: {exc}"))
             report.close()
+            from ._namespaces import PidNamespaceStuck
+
+            if isinstance(exc, PidNamespaceStuck):
+                self._shutdown()  # its next child would be born in another run's namespace
             return
         if pid == 0:
+            own_view = None if view is None else _dup_high(view)
             self._leave(report)
-            raise _Unwind(_Job(request, fds))
+            raise _Unwind(_Job(request, fds, view=own_view, pid_one=pid_one))
         for fd in fds:
             os.close(fd)
+        runner = _Runner(report, request)
         try:
             pidfd = os.pidfd_open(pid)
         except OSError as exc:  # pragma: no cover (kernels before 5.3)
@@ -305,10 +329,39 @@ class _Zygote:
                 os.kill(pid, signal.SIGKILL)
         else:
             _send(report, Forked(pid), [pidfd])
+            if pid_one:  # the child is the run's PID 1, and its runner, from birth
+                runner.pid1 = pid
+                _send(report, Moved(pid), [pidfd])
             os.close(pidfd)
-        self.runners[pid] = _Runner(report, request)
+        self.runners[pid] = runner
         self.places.add(os.path.dirname(request.workdir))
         self.places.update(os.path.dirname(os.path.dirname(p)) for p in request.cgroups)
+
+    def _prepare_confined(self, request: ForkRequest) -> tuple[int | None, bool]:
+        """What a confined child of ``request`` takes from the zygote: the shared view to
+        copy (None: it builds its own), and whether to fork it PID 1 of its namespace."""
+        from . import _confine
+
+        try:  # what every confined child would compute, computed once here
+            confine = _confine.parse(request.confine)
+            _confine.warm(confine)
+            read_only = _confine.shared_view(confine)
+        except (ValueError, OSError):
+            return None, False  # the child will meet the same error, and report it
+        if request.mode != "warm":
+            return None, False  # a cold runner is the reference point: it builds its walls
+        view = None
+        if read_only is not None:
+            if read_only not in self.views:
+                self.views[read_only] = _build_shared_view(read_only)
+            view = self.views[read_only]
+        return view, self.pid_namespace is not None
+
+    def _fork_pid_one(self) -> int:
+        from . import _namespaces
+
+        assert self.pid_namespace is not None
+        return _namespaces.fork_pid_one(self.pid_namespace)
 
     def _leave(self, report: socket.socket) -> None:
         """In a forked child: let go of what is the zygote's (its sockets, its signals, its
@@ -317,9 +370,14 @@ class _Zygote:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         # Closed here, not when they are freed: by then their numbers may be someone else's.
         # (A close that fails leaves a descriptor the child closes with the others.)
-        for fd in (self.wake_r, self.wake_w):
+        views = [fd for fd in self.views.values() if fd is not None]
+        for fd in (self.wake_r, self.wake_w, *views, self.pid_namespace):
+            if fd is None:
+                continue
             with contextlib.suppress(OSError):
                 os.close(fd)
+        self.views.clear()
+        self.pid_namespace = None
         for sock in (self.control, report, *(r.report for r in self.runners.values())):
             with contextlib.suppress(OSError):
                 sock.close()
@@ -350,6 +408,8 @@ class _Zygote:
         """The run whose runner ``dead`` was, taken off the table; None if it was none (an
         orphan, or a confined child that left its PID 1 to us)."""
         forked = self.runners.get(dead.pid)
+        if forked is not None and forked.pid1 == dead.pid:  # forked PID 1 (fork_pid_one)
+            return self.runners.pop(dead.pid)
         if forked is not None and forked.pid1 is None and not forked.detached:
             return self._forked_ended(dead, forked)
         return self._pid1_ended(dead)
@@ -421,12 +481,18 @@ class _Job:
     """What a forked child takes out of the zygote: its request and descriptors, and which
     descriptor to say why on if it cannot start. :func:`_become_runner` empties it."""
 
-    __slots__ = ("fds", "ready", "request")
+    __slots__ = ("fds", "pid_one", "ready", "request", "view")
 
-    def __init__(self, request: ForkRequest, fds: list[int]) -> None:
+    def __init__(
+        self, request: ForkRequest, fds: list[int], *, view: int | None, pid_one: bool
+    ) -> None:
         self.request: ForkRequest | None = request
         self.fds = fds
         self.ready = fds[6]  # the ready pipe, until the runner owns it
+        #: The shared view to copy (see :meth:`_Zygote._prepare_confined`), and whether the
+        #: child was forked PID 1 of its namespace.
+        self.view = view
+        self.pid_one = pid_one
 
 
 class _Unwind(BaseException):
@@ -486,12 +552,13 @@ def _become_runner(job: _Job) -> _main.Arguments:
     arguments = ["3", "4", "5", "6", *_runner_options(request)]  # the channels, then options
     if request.mode == "cold":
         os.execve(request.argv[0], [*request.argv, *arguments], request.env)
-    return _warm_runner(request, arguments)
+    return _warm_runner(request, arguments, job)
 
 
 def _place_descriptors(job: _Job, fds: list[int]) -> None:
     """Make the run's pipes this process's stdio (0-2), channels (3-6) and ready pipe (7),
-    with ``/dev/null`` as stdin; close every other descriptor."""
+    with ``/dev/null`` as stdin, and the shared view (if any) 8; close every other
+    descriptor."""
     start_r, start_w, call_r, call_w, out_w, err_w, ready_w = fds
     null = os.open("/dev/null", os.O_RDWR)
     # Out of the way of 0-7 first, then into place.
@@ -503,7 +570,10 @@ def _place_descriptors(job: _Job, fds: list[int]) -> None:
         os.dup2(fd, target)
     os.dup2(ready_high, 7)
     job.ready = 7
-    os.closerange(8, os.sysconf("SC_OPEN_MAX"))
+    if job.view is not None:  # a shared view's mount namespace, for the runner to copy
+        os.dup2(job.view, _VIEW_FD, inheritable=False)
+        job.view = _VIEW_FD
+    os.closerange(_VIEW_FD if job.view is None else _VIEW_FD + 1, os.sysconf("SC_OPEN_MAX"))
 
 
 def _runner_options(request: ForkRequest) -> list[str]:
@@ -517,9 +587,10 @@ def _runner_options(request: ForkRequest) -> list[str]:
     return options
 
 
-def _warm_runner(request: ForkRequest, arguments: list[str]) -> _main.Arguments:
+def _warm_runner(request: ForkRequest, arguments: list[str], job: _Job) -> _main.Arguments:
     """Become the runner in this process: the run's environment, the command line it would
-    have had (``arguments``), and what :func:`runner._main.serve` is told."""
+    have had (``arguments``), and what :func:`runner._main.serve` is told (with what the
+    zygote prepared for its walls: ``job``'s view and PID 1)."""
     from . import _main
 
     os.environ.clear()
@@ -534,7 +605,62 @@ def _warm_runner(request: ForkRequest, arguments: list[str]) -> _main.Arguments:
         start_timeout=request.start_timeout or None,
         supervised=True,
         linger=request.linger,
+        view=job.view,
+        pid_one=job.pid_one,
     )
+
+
+def _build_shared_view(read_only: tuple[str, ...]) -> int | None:
+    """A descriptor of a new mount namespace holding the view runs of ``read_only`` share
+    (:func:`runner._namespaces.build_shared_view`), built by a helper process that exits
+    once the zygote holds it; None (said on stderr) if it could not be built.
+
+    The zygote itself never changes namespace: it only holds the descriptor, which keeps the
+    namespace (and its mounts) alive after the helper has gone.
+    """
+    done_r, done_w = os.pipe2(os.O_CLOEXEC)  # the helper says "ok", or why not
+    held_r, held_w = os.pipe2(os.O_CLOEXEC)  # EOF: the zygote holds the namespace
+    try:
+        pid = os.fork()
+    except OSError as exc:
+        for fd in (done_r, done_w, held_r, held_w):
+            os.close(fd)
+        sys.stderr.write(f"runner: no shared view (fork: {exc})\n")
+        return None
+    if pid == 0:  # pragma: no cover (the helper's lines run in another process)
+        status = 1
+        try:
+            os.close(done_r)
+            os.close(held_w)
+            from . import _namespaces
+
+            try:
+                _namespaces.build_shared_view(read_only)
+                os.write(done_w, b"ok")
+                os.read(held_r, 1)
+                status = 0
+            except (ValueError, OSError) as exc:
+                os.write(done_w, str(exc).encode("utf-8", "replace"))
+        finally:
+            os._exit(status)
+    os.close(done_w)
+    os.close(held_r)
+    view = None
+    try:
+        if not select.select([done_r], [], [], _SHARED_VIEW_TIMEOUT)[0]:
+            os.kill(pid, signal.SIGKILL)
+        answer = os.read(done_r, 4096)
+        if answer == b"ok":
+            view = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+        else:
+            sys.stderr.write(f"runner: no shared view ({answer.decode('utf-8', 'replace')})\n")
+    except OSError as exc:
+        sys.stderr.write(f"runner: no shared view ({exc})\n")
+    finally:
+        os.close(done_r)
+        os.close(held_w)
+        os.waitpid(pid, 0)
+    return view
 
 
 def _dup_high(fd: int) -> int:

@@ -37,7 +37,7 @@ import msgspec
 import psutil
 import pytest
 
-from runner._namespaces import ConfineSpec, _plan, probe, python_read_only
+from runner._namespaces import ConfineSpec, _plan, enter, probe, python_read_only, shares_view
 from sandbox._children import _uid
 from tests.host import skip_because_host_cannot
 
@@ -1077,3 +1077,31 @@ def test_python_read_only_is_small_and_flat() -> None:
         ), path
     assert "/usr" not in paths
     assert "/bin" not in paths
+
+
+@pytest.mark.parametrize(
+    ("fields", "shares"),
+    [
+        ({"workdir": "/tmp/sandbox-run-1-x"}, True),
+        ({"workdir": "/tmp/a/b"}, True),
+        ({}, True),
+        ({"workdir": "/var/tmp/w"}, False),  # the run's file system is mounted on /tmp
+        ({"workdir": "/tmp"}, False),
+        ({"read_only": ("/usr", "/tmp/lib"), "workdir": "/tmp/w"}, False),  # /tmp hides it
+    ],
+)
+def test_which_specs_can_copy_a_shared_view(fields: dict[str, Any], shares: bool) -> None:
+    """Only a root caller shares a view; only with its working directory (if any) below
+    /tmp, where each run mounts its own file system, and nothing read-only there."""
+    spec = ConfineSpec(**{"read_only": ("/usr",), **HOST, **fields})
+    assert shares_view(spec) is (shares and os.geteuid() == 0)
+
+
+def test_enter_refuses_what_a_template_did_not_prepare() -> None:
+    """``pid_one`` in a process that is not PID 1, or a view for a spec that cannot share
+    one, is refused before anything changes."""
+    spec = ConfineSpec(read_only=("/usr",), workdir="/var/tmp/w", **HOST)
+    with pytest.raises(ValueError, match="shared"):
+        enter(spec, view=0)
+    with pytest.raises(ValueError, match="PID 1"):
+        enter(ConfineSpec(read_only=("/usr",), **HOST), pid_one=True)

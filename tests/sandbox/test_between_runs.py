@@ -22,9 +22,12 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import json
 import os
 import random
 import secrets
+import sys
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -32,8 +35,9 @@ import psutil
 import pytest
 
 import sandbox
-from sandbox import Budget, Level, RunResult
-from tests.host import child_levels
+from sandbox import Budget, Level, RunResult, Spawn
+from sandbox._children import _supervisor
+from tests.host import child_levels, needs_confinement
 
 from .conftest import run_processes
 
@@ -473,3 +477,65 @@ async def test_two_runs_cannot_reach_each_other(level: Level) -> None:
         "tmp_dir",
         "workdir_file",
     }, a["setup"]
+
+
+# --- what the runs share: the view a template built -------------------------------------
+
+#: Run in a process of its own (one thread: ``setns`` into a mount namespace needs that):
+#: join the mount namespace at ``sys.argv[1]`` and say what is there.
+INSPECT_VIEW = """
+import ctypes, json, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+fd = os.open(sys.argv[1], os.O_RDONLY)
+if libc.setns(fd, 0x00020000) != 0:  # CLONE_NEWNS
+    raise OSError(ctypes.get_errno(), "setns")
+print(json.dumps([sorted(os.listdir("/tmp")), sorted(os.listdir("/proc")),
+                  bool(os.statvfs("/").f_flag & os.ST_RDONLY), sorted(os.listdir("/"))]))
+"""
+
+
+def mount_namespace(pid: int) -> str:
+    return os.readlink(f"/proc/{pid}/ns/mnt")
+
+
+@needs_confinement()
+async def test_runs_copy_a_shared_view_and_leave_it_as_built(spawn: Spawn) -> None:
+    """A root host's zygote builds the view once and forks each warm confined runner PID 1
+    of its namespace (no second fork): the runner's parent is the zygote, and its mount
+    namespace a copy of the shared one. What a run mounts and writes is in its copy only:
+    the shared view keeps ``/tmp`` and ``/proc`` empty and its root read-only."""
+    if os.geteuid() != 0:
+        pytest.skip("only a root host shares a view (an unprivileged one builds each)")
+
+    def runner() -> list[Any]:
+        (proc,) = run_processes()
+        status = Path(f"/proc/{proc.pid}/status").read_text()
+        nspid = status.split("NSpid:")[1].split("\n")[0].split()
+        return [proc.ppid(), nspid[-1], mount_namespace(proc.pid)]
+
+    program = (
+        "import os\nopen('/tmp/x', 'w').write('x')\nopen('y', 'w').write('y')\n"
+        "[os.getpid(), sorted(os.listdir('/tmp')), host.runner()]"
+    )
+    result = await sandbox.run(program, tools=[runner], level=Level.CONFINED)
+    assert result.ok, result.error
+    pid, tmp, (parent, pid_inside, namespace) = result.value
+    assert (pid, pid_inside) == (1, "1")
+    assert "x" in tmp
+    zygote = _supervisor.zygote_pid()
+    assert zygote is not None
+    views = {
+        f"/proc/{zygote}/fd/{fd}": os.readlink(f"/proc/{zygote}/fd/{fd}")
+        for fd in os.listdir(f"/proc/{zygote}/fd")
+    }
+    views = {path: name for path, name in views.items() if name.startswith("mnt:")}
+    assert parent == zygote  # (a cold runner's PID 1 comes up to it too)
+    if spawn is Spawn.COLD:  # the reference point: a fresh runner builds all its walls
+        return
+    assert len(views) == 1
+    ((path, shared),) = views.items()
+    assert namespace not in (shared, mount_namespace(zygote))
+    inspected = await anyio.run_process([sys.executable, "-I", "-c", INSPECT_VIEW, path])
+    tmp, proc, read_only, root = json.loads(inspected.stdout)
+    assert (tmp, proc, read_only) == ([], [], True)
+    assert {"dev", "proc", "tmp"} <= set(root)
