@@ -185,9 +185,19 @@ class RunnerProcess:
         """Wait (blocking) up to ``grace`` for the runner's end, send SIGKILL if it has not
         come, and wait up to ``after_kill`` more. Nothing to wait for if it was never
         forked."""
-        if self.pid is not None and not self.block_until(self.exit_seen, grace):
+        if self.pid is not None and not self.block_until(self.reaped, grace):
             self.kill()
-            self.block_until(self.exit_seen, after_kill)
+            self.block_until(self.reaped, after_kill)
+
+    def reaped(self) -> bool:
+        """Whether the runner is gone for good: the zygote reported reaping it (it reaps
+        what the runner left in the same pass), or, the zygote lost, its pidfd says it
+        exited (the keeper reaps it). An exit seen on the pidfd alone while the zygote
+        lives is not enough: the runner may still be a zombie with a pid."""
+        self.poll()
+        if self.exited is not None:
+            return True
+        return self.zygote_lost and self.exit_on_pidfd()
 
     def send_signal(self, sig: signal.Signals) -> None:
         """Send ``sig`` through the pidfd (nothing if there is none, or it is gone)."""
