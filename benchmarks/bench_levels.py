@@ -504,7 +504,7 @@ def instrumented() -> Iterator[None]:
     cgroup_cls: Any = CgroupSet
     orig_acquire = sandbox_supervisor.acquire
     orig_ready = vars(child_cls)["wait_ready"]
-    orig_end = vars(run_cls)["end"]
+    orig_end = vars(run_cls)["stop"]
     orig_wait = vars(process_cls)["wait_exit"]
 
     async def acquire(*args: Any, **kwargs: Any) -> Any:
@@ -530,7 +530,7 @@ def instrumented() -> Iterator[None]:
                 _TL.mark("result_received")
 
     async def end(self: Any, *, answered: bool = False) -> None:
-        first = not self.ended
+        first = not self.stopped
         if first:
             _TL.mark("end_enter")
         try:
@@ -549,7 +549,7 @@ def instrumented() -> Iterator[None]:
         patches.set(sandbox_process, "acquire", acquire)
         patches.set(child_cls, "wait_ready", wait_ready)
         patches.set(sandbox_process, "Starter", TimedStarter)
-        patches.set(run_cls, "end", end)
+        patches.set(run_cls, "stop", end)
         patches.set(process_cls, "wait_exit", wait_exit)
         patches.set(
             sandbox_process, "_set_rlimits", _spanned(sandbox_process._set_rlimits, "rlimits")
@@ -620,11 +620,15 @@ PHASES: Final = (
     ("Start -> the program starts (child)", "start_sent", "child_program_start"),
     ("program, Result back to the parent", "child_program_start", "result_received"),
     ("Result -> clean-up starts", "result_received", "end_enter"),
-    ("clean-up: end() (kill, runner exit, zygote's report, rm)", "end_enter", "end_exit"),
+    (
+        "clean-up: stop() (kill every process; the remains are cleared later)",
+        "end_enter",
+        "end_exit",
+    ),
     ("after clean-up: drains, RunResult", "end_exit", "return"),
 )
 #: Parent work inside those phases (marks), for the report.
-INSIDE: Final = (("end(): until the runner's exit is seen", "end_enter", "runner_exited"),)
+INSIDE: Final = (("stop(): until the runner's exit is seen", "end_enter", "runner_exited"),)
 
 
 def analyse_breakdown(runs: list[dict[str, Any]]) -> dict[str, Any]:
