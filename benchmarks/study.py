@@ -834,9 +834,9 @@ async def measure_memory(rec: Recorder, sizes: Sizes) -> dict[str, Any]:
                 rec.fail("memory", f"idle/{level}", -1, f"the pool was not full within {t} s")
             for i, child in enumerate(pool.idle()):
                 try:
-                    if child.pid is None:
+                    if child.process.pid is None:
                         raise RuntimeError("an idle child without a pid")
-                    idle[level].append(tree_memory(child.pid))
+                    idle[level].append(tree_memory(child.process.pid))
                 except Exception as exc:  # counted, with its reason
                     rec.fail("memory", f"idle/{level}", i, describe(exc))
                 rec.advance(f"memory/idle/{level}")
