@@ -44,6 +44,11 @@ DEFAULTS: Final[Mapping[str, int | float]] = {
 
 # -- validation: every item, once, when a Budget is made (or decoded) --
 
+#: The least ``max_memory``. A Python runner needs about 10 MiB to start (a cold one failed
+#: at 8 MiB, the kernel refusing a limit below what the run's cgroup already holds:
+#: ``EBUSY``); 16 MiB leaves room for the program's first imports.
+MIN_MEMORY: Final = 16 << 20
+
 #: Items every level enforces whatever their value (never "asked for" of a level).
 _ALWAYS_ENFORCED: Final = frozenset({"max_inflight", "max_output"})
 #: Items in seconds (an int or a float); every other item is a whole number.
@@ -53,7 +58,7 @@ _LEAST: Final[Mapping[str, tuple[int, str]]] = {
     "max_calls": (0, ""),
     "max_bytes": (0, ""),
     "max_inflight": (1, ""),
-    "max_memory": (1, ""),
+    "max_memory": (MIN_MEMORY, ": a Python runner needs about 10 MiB to start"),
     "max_output": (0, ""),
     "max_file_size": (1, ""),
     "max_open_files_per_process": (16, ": the runner itself needs a few"),

@@ -25,7 +25,7 @@ from typing import Any, Final
 
 from msgspec import UNSET
 
-from .._budget import DEFAULTS, Budget
+from .._budget import DEFAULTS, MIN_MEMORY, Budget
 from .._children import Spawn
 from .._engine import Level
 from .._errors import BudgetError, SandboxError
@@ -65,11 +65,6 @@ EXIT_CODES: Final = (
     "refused or could not run it (or an extra it needs is not installed)."
 )
 
-#: The least ``--max-memory``. A Python runner needs about 10 MiB to start (a cold one
-#: failed here at 8 MiB, the kernel refusing a limit below what the run's cgroup already
-#: holds: ``EBUSY``); 16 MiB leaves room for the program's first imports. Checked here, on
-#: the command line, so that the refusal names the option rather than the cgroup.
-MIN_MEMORY: Final = 16 << 20
 
 #: The distribution, and the extra that brings each top-level module the commands import
 #: only when they need it (pyproject.toml's ``[project.optional-dependencies]``).

@@ -208,7 +208,8 @@ _IMPOSSIBLE = [
     ({"max_inflight": 0}, ">= 1"),
     ({"max_inflight": None}, "always enforced"),
     ({"max_call_deadline": -1.0}, "positive"),
-    ({"max_memory": 0}, ">= 1"),
+    ({"max_memory": 0}, ">= 16777216: a Python runner needs about 10 MiB to start"),
+    ({"max_memory": (16 << 20) - 1}, ">= 16777216"),
     ({"max_memory": 1.5e9}, "whole number, got 1500000000.0 (float)"),
     ({"max_memory": 2**63}, "int64"),
     ({"max_cpu": 0}, "positive"),
@@ -391,8 +392,9 @@ async def test_in_process_refuses_what_only_a_process_can_enforce() -> None:
         "max_processes",
         "max_open_files_per_process",
     ):
+        value = 64 << 20 if item == "max_memory" else 64
         with pytest.raises(BudgetUnsupported, match=item):
-            await sandbox.run("1", budget=Budget(**{item: 64}), level=Level.IN_PROCESS)
+            await sandbox.run("1", budget=Budget(**{item: value}), level=Level.IN_PROCESS)
 
 
 async def test_in_process_leaves_the_hosts_main_module_alone() -> None:
