@@ -494,6 +494,16 @@ print(json.dumps([sorted(os.listdir("/tmp")), sorted(os.listdir("/proc")),
 """
 
 
+def descriptors(pid: int) -> dict[str, str]:
+    """What each open descriptor of ``pid`` is (one closed while this reads is left out)."""
+    found = {}
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        path = f"/proc/{pid}/fd/{fd}"
+        with contextlib.suppress(FileNotFoundError):
+            found[path] = os.readlink(path)
+    return found
+
+
 def mount_namespace(pid: int) -> str:
     return os.readlink(f"/proc/{pid}/ns/mnt")
 
@@ -524,11 +534,7 @@ async def test_runs_copy_a_shared_view_and_leave_it_as_built(spawn: Spawn) -> No
     assert "x" in tmp
     zygote = _supervisor.zygote_pid()
     assert zygote is not None
-    views = {
-        f"/proc/{zygote}/fd/{fd}": os.readlink(f"/proc/{zygote}/fd/{fd}")
-        for fd in os.listdir(f"/proc/{zygote}/fd")
-    }
-    views = {path: name for path, name in views.items() if name.startswith("mnt:")}
+    views = {path: name for path, name in descriptors(zygote).items() if name.startswith("mnt:")}
     assert parent == zygote  # (a cold runner's PID 1 comes up to it too)
     if spawn is Spawn.COLD:  # the reference point: a fresh runner builds all its walls
         return
