@@ -18,6 +18,7 @@ import sandbox
 from sandbox import Budget, confinement_gaps, plane
 from sandbox._commands._main import main
 from sandbox.agent import Agent, ContextWindow, OpenAICaller, PlaneTools
+from tests.commands import exit_code
 
 from .scripted import ScriptedServer, reply
 
@@ -195,16 +196,6 @@ def test_the_command_shows_steps_live_and_says_when_the_model_fails() -> None:
 
 #: A command that would reach no model: each refusal must come before it tries.
 NOWHERE = ["agent", "--model", "m", "--base-url", "http://127.0.0.1:9/v1"]
-
-
-def exit_code(argv: list[str]) -> int:
-    """The exit code of ``sandbox ARGV``, whether main returns it or argparse raises it."""
-    try:
-        return main(argv)
-    except SystemExit as exc:
-        code = exc.code
-    assert isinstance(code, int)
-    return code
 
 
 @pytest.mark.parametrize(

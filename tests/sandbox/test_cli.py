@@ -17,6 +17,7 @@ from examples import tools as example_tools
 from sandbox import Budget, RunResult
 from sandbox._commands._main import _parser, main
 from sandbox._commands._options import BUDGET_OPTIONS, budget_from
+from tests.commands import exit_code
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 TOOLS_PY = ROOT / "examples" / "tools.py"
@@ -372,16 +373,6 @@ def test_tools_module_that_fails_to_load_exits_four(tmp_path: Path, source: str)
     assert proc.returncode == 4
     assert "Traceback" not in proc.stderr
     assert "bad_tools" in proc.stderr
-
-
-def exit_code(argv: list[str]) -> int:
-    """The exit code of ``sandbox ARGV``, whether main returns it or argparse raises it."""
-    try:
-        return main(argv)
-    except SystemExit as exc:
-        code = exc.code
-    assert isinstance(code, int)
-    return code
 
 
 @pytest.mark.parametrize(

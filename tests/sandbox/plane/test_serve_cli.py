@@ -12,19 +12,10 @@ import pytest
 
 from sandbox._commands._main import main
 from sandbox._commands._options import DISTRIBUTION, EXTRAS
+from tests.commands import exit_code
 
 SERVED = str(Path(__file__).parent / "served.py")
 ROOT = Path(__file__).resolve().parents[3]
-
-
-def exit_code(argv: list[str]) -> int:
-    """The exit code of ``sandbox ARGV``, whether main returns it or argparse raises it."""
-    try:
-        return main(argv)
-    except SystemExit as exc:
-        code = exc.code
-    assert isinstance(code, int)
-    return code
 
 
 @pytest.mark.parametrize(
