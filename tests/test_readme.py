@@ -148,3 +148,12 @@ def test_the_license_pyproject_promises_is_there() -> None:
     assert text.startswith("MIT License\n\nCopyright (c) ")
     assert "the sandbox-runtime authors" in text.splitlines()[2]
     assert 'THE SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY OF ANY KIND' in text
+
+
+def test_the_only_command_put_on_path_is_sandbox() -> None:
+    """The runner is started by the host (``python -I -S -c 'from runner import ...'``),
+    never by a person: an install puts only ``sandbox`` on PATH."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["scripts"] == {"sandbox": "sandbox._commands:main"}
