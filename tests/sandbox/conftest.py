@@ -162,10 +162,17 @@ def nothing_left_behind() -> Iterator[None]:
         except psutil.Error:
             pass
     assert left == [], f"processes left: {left}"
-    zombies = [c for c in psutil.Process().children() if c.status() == psutil.STATUS_ZOMBIE]
+    zombies = [c for c in psutil.Process().children() if _is_zombie(c)]
     assert zombies == [], f"zombies left: {zombies}"
     assert run_dirs() - dirs_before == set()
     assert run_cgroups() - cgroups_before == set()
+
+
+def _is_zombie(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False  # reaped while this looked
 
 
 #: ``PF_EXITING`` in /proc/<pid>/stat's flags: the process is in the kernel's exit path.

@@ -152,6 +152,14 @@ HOST = textwrap.dedent(
 )
 
 
+def still_running(proc: psutil.Process) -> bool:
+    """Whether ``proc`` is alive and not a zombie (gone while this looks: not running)."""
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 @pytest.mark.parametrize("level", CHILD_LEVELS)
 def test_a_host_killed_outright_leaves_nothing(level: Level, spawn: Spawn) -> None:
     """SIGKILL the host mid-run: its zygote ends the run and the idle children, removes
@@ -177,7 +185,7 @@ def test_a_host_killed_outright_leaves_nothing(level: Level, spawn: Spawn) -> No
             deadline = time.monotonic() + 20
             alive = tree
             while alive and time.monotonic() < deadline:
-                alive = [p for p in tree if p.is_running() and p.status() != "zombie"]
+                alive = [p for p in tree if still_running(p)]
                 time.sleep(0.05)
             assert alive == []
             deadline = time.monotonic() + 10
