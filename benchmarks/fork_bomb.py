@@ -30,6 +30,7 @@ import msgspec
 import sandbox
 from sandbox import Budget, Level, Spawn
 
+from ._levels import add_level_option, levels_here
 from ._machine import environment, git_head
 
 BOMB = """
@@ -94,14 +95,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.fork_bomb")
     parser.add_argument("--runs", type=int, default=20, help="rounds per level")
     parser.add_argument("--wall-clock", type=float, default=2.0, help="seconds")
-    parser.add_argument(
-        "--level", action="append", choices=[Level.PROCESS.value, Level.CONFINED.value]
-    )
+    add_level_option(parser)
     parser.add_argument("--json", type=Path, help="write the report here as JSON")
     args = parser.parse_args(argv)
-    levels = [Level(v) for v in args.level or [Level.PROCESS.value, Level.CONFINED.value]]
-    if Level.CONFINED in levels and sandbox.confinement_gaps():
-        print(f"confined is unavailable here: {sandbox.confinement_gaps()}", file=sys.stderr)
+    levels = levels_here(args.level)
+    if levels is None:
         return 2
     rows = anyio.run(_measure, levels, args.runs, args.wall_clock)
     report = {

@@ -41,6 +41,7 @@ from sandbox._children import REMAINS, _supervisor
 from sandbox._children._reaper import _CONTROLLERS, _OPTIONAL, _base
 from sandbox._children._remains import MAX_PENDING
 
+from ._levels import add_level_option, levels_here
 from ._machine import environment, git_head
 
 FORKS = """
@@ -161,18 +162,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.stress_leaks")
     parser.add_argument("--runs", type=int, default=10_000, help="runs per level and spawn")
     parser.add_argument("--concurrency", type=int, default=4, help="callers at once")
-    parser.add_argument(
-        "--level", action="append", choices=[Level.PROCESS.value, Level.CONFINED.value]
-    )
+    add_level_option(parser)
     parser.add_argument("--spawn", action="append", choices=[Spawn.ZYGOTE.value, Spawn.POOL.value])
     parser.add_argument("--backend", choices=["asyncio", "trio"], default="asyncio")
     parser.add_argument("--json", type=Path, help="write the report here as JSON")
     args = parser.parse_args(argv)
-    levels = [Level(v) for v in args.level or [Level.PROCESS.value, Level.CONFINED.value]]
-    spawns = [Spawn(v) for v in args.spawn or [Spawn.ZYGOTE.value, Spawn.POOL.value]]
-    if Level.CONFINED in levels and sandbox.confinement_gaps():
-        print(f"confined is unavailable here: {sandbox.confinement_gaps()}", file=sys.stderr)
+    levels = levels_here(args.level)
+    if levels is None:
         return 2
+    spawns = [Spawn(v) for v in args.spawn or [Spawn.ZYGOTE.value, Spawn.POOL.value]]
     report: dict[str, Any] = {
         "environment": environment(list(argv or sys.argv[1:]), ["trio"]),
         "git": git_head(),

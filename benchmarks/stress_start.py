@@ -30,6 +30,7 @@ import sandbox
 from sandbox import Budget, Level, RunResult, Spawn
 from sandbox._children import _supervisor
 
+from ._levels import add_level_option, levels_here
 from ._machine import environment, git_head
 
 
@@ -80,18 +81,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.stress_start")
     parser.add_argument("--runs", type=int, default=5000, help="runs per level and spawn mode")
     parser.add_argument("--concurrency", type=int, default=4, help="runs started at once")
-    parser.add_argument(
-        "--level", action="append", choices=[Level.PROCESS.value, Level.CONFINED.value]
-    )
+    add_level_option(parser)
     parser.add_argument("--spawn", action="append", choices=[m.value for m in Spawn])
     parser.add_argument("--backend", choices=["asyncio", "trio"], default="asyncio")
     parser.add_argument("--json", type=Path, help="write the report here as JSON")
     args = parser.parse_args(argv)
-    levels = [Level(v) for v in args.level or [Level.PROCESS.value, Level.CONFINED.value]]
-    spawns = [Spawn(v) for v in args.spawn or [Spawn.ZYGOTE.value]]
-    if Level.CONFINED in levels and sandbox.confinement_gaps():
-        print(f"confined is unavailable here: {sandbox.confinement_gaps()}", file=sys.stderr)
+    levels = levels_here(args.level)
+    if levels is None:
         return 2
+    spawns = [Spawn(v) for v in args.spawn or [Spawn.ZYGOTE.value]]
     report: dict[str, Any] = {
         "environment": environment(list(argv or sys.argv[1:]), ["trio"]),
         "git": git_head(),
