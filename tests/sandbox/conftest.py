@@ -8,7 +8,7 @@ import functools
 import os
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
@@ -135,6 +135,13 @@ def run_cgroups() -> set[Path]:
     return found - held
 
 
+def gone_within(seconds: float, done: Callable[[], bool]) -> None:
+    """Wait up to ``seconds`` for ``done()`` (the caller asserts what is left)."""
+    deadline = time.monotonic() + seconds
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 @pytest.fixture(autouse=True)
 def nothing_left_behind() -> Iterator[None]:
     """After each test: no run's process, zombie, working directory or cgroup remains.
@@ -150,12 +157,12 @@ def nothing_left_behind() -> Iterator[None]:
     procs_before = {p.pid for p in run_processes()}
     yield
     assert REMAINS.wait_empty(30.0), f"{REMAINS.pending()} remains not cleared in 30 s"
-    deadline = time.monotonic() + 2.0
-    while True:
-        left = [p for p in run_processes() if p.pid not in procs_before]
-        if not left or time.monotonic() > deadline:
-            break
-        time.sleep(0.01)
+
+    def new_processes() -> list[psutil.Process]:
+        return [p for p in run_processes() if p.pid not in procs_before]
+
+    gone_within(2.0, lambda: not new_processes())
+    left = new_processes()
     for proc in left:  # clean up for the next test, then fail this one
         try:
             proc.kill()

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import time
-from collections.abc import Callable
 
 import anyio
 import psutil
@@ -15,7 +13,14 @@ import sandbox
 from sandbox import Budget, Spawn, Tool
 from sandbox._children import REMAINS
 
-from .conftest import cannot_run_program_code, run_cgroups, run_dirs, run_processes, runs_pool
+from .conftest import (
+    cannot_run_program_code,
+    gone_within,
+    run_cgroups,
+    run_dirs,
+    run_processes,
+    runs_pool,
+)
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("spawn")]
 
@@ -39,13 +44,6 @@ def settle() -> None:
     pool = runs_pool()
     if pool is not None:
         assert pool.wait_full(30)
-
-
-def gone_within(seconds: float, done: Callable[[], bool]) -> None:
-    """Wait up to ``seconds`` for ``done()`` (the caller asserts what is left)."""
-    deadline = time.monotonic() + seconds
-    while not done() and time.monotonic() < deadline:
-        time.sleep(0.01)
 
 
 def open_fds() -> int:
