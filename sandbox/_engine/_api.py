@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -95,7 +96,20 @@ def run_sync(
     stack_on_timeout: bool = False,
     backend: str = "asyncio",
 ) -> RunResult:
-    """:func:`run` for synchronous code: starts an event loop (``backend``) for one run."""
+    """:func:`run` for synchronous code: starts an event loop (``backend``) for one run.
+
+    Raises:
+        RuntimeError: called from a thread that already runs an event loop (a Jupyter
+            notebook's cell, an ``async def``): there, ``await run(...)`` takes the same
+            arguments.
+    """
+    running = _running_event_loop()
+    if running:
+        raise RuntimeError(
+            f"run_sync() cannot start an event loop here: this thread already runs one "
+            f"({running}; a Jupyter notebook runs asyncio). Use `await sandbox.run(...)`, "
+            f"which takes the same arguments."
+        )
 
     async def main() -> RunResult:
         return await run(
@@ -108,3 +122,14 @@ def run_sync(
         )
 
     return anyio.run(main, backend=backend)
+
+
+def _running_event_loop() -> str:
+    """The event loop library running in this thread ("" if none), without importing any."""
+    asyncio = sys.modules.get("asyncio")
+    if asyncio is not None and asyncio._get_running_loop() is not None:
+        return "asyncio"
+    trio = sys.modules.get("trio")
+    if trio is not None and trio.lowlevel.in_trio_run():
+        return "trio"
+    return ""
