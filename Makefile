@@ -6,6 +6,8 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# `make demo` needs the package alone: no test, lint or benchmark tools.
+DEMO_STAMP := $(VENV)/.installed-demo
 
 .PHONY: demo test check lint typecheck pytest pytest-fast bench clean
 
@@ -13,11 +15,17 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[mcp,agent,test,dev,bench]'
-	touch $(STAMP)
+	touch $(STAMP) $(DEMO_STAMP)
+
+$(DEMO_STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e .
+	touch $(DEMO_STAMP)
 
 # The second program fails on purpose (a call the tool denies): the demo shows how a failure
 # looks, says so, and succeeds only if it failed as it should (exit code 1, kind denied).
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(BIN)/sandbox run examples/programs/concurrent.py --tools examples/tools.py --max-calls 20
 	@echo "demo: next, examples/programs/failure.py, which fails on purpose (a denied call):"
 	@$(BIN)/sandbox run examples/programs/failure.py --tools examples/tools.py; \
