@@ -43,20 +43,9 @@ from ._options import (
     tool_objects,
     tools_option,
 )
+from ._version import package_version
 
 __all__ = ["main"]
-
-
-def _version() -> str:
-    """The installed distribution's version (the checkout's, from pyproject, as a fallback)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    from ._options import DISTRIBUTION
-
-    try:
-        return version(DISTRIBUTION)
-    except PackageNotFoundError:  # run from a checkout that was never installed
-        return "unknown"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -66,7 +55,10 @@ def _parser() -> argparse.ArgumentParser:
         epilog=EXIT_CODES,
     )
     parser.add_argument(
-        "--version", action="version", version=f"%(prog)s {_version()}", help="print the version"
+        "--version",
+        action="version",
+        version=f"%(prog)s {package_version()}",
+        help="print the version",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     r = sub.add_parser(

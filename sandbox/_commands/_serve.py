@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import socket
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -30,6 +31,7 @@ from ._options import (
     tool_objects,
     tools_option,
 )
+from ._version import package_version
 
 __all__ = ["add_serve_parser", "serve", "tools_from"]
 
@@ -138,7 +140,7 @@ def add_serve_parser(sub: Any) -> None:
         "--root",
         default="",
         metavar="PATH",
-        help="the workspace's root (default: the current directory)",
+        help="the workspace's root, told to clients (default: not told)",
     )
     budget_options(s)
 
@@ -184,15 +186,18 @@ def serve(args: argparse.Namespace) -> int:
                 tools.append(ProgramTool(level=level, budget=budget, spawn=spawn))
             return tools
 
-        descriptor = None
-        if args.kind != "host" or args.ref or args.root:
-            import os
-            import socket
-
-            descriptor = Descriptor(
-                kind=args.kind, ref=args.ref or socket.gethostname(), root=args.root or os.getcwd()
-            )
-        server = ExecutorServer(make, ceilings=ceilings, descriptor=descriptor, level=level.value)
+        # The workspace's root is advertised only when given: by default a client learns
+        # nothing of the host's paths.
+        descriptor = Descriptor(
+            kind=args.kind, ref=args.ref or socket.gethostname(), root=args.root
+        )
+        server = ExecutorServer(
+            make,
+            ceilings=ceilings,
+            descriptor=descriptor,
+            version=package_version(),
+            level=level.value,
+        )
         if args.http is None:
             anyio.run(server.serve_stdio)
             return EXIT_OK

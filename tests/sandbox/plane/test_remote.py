@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -299,6 +300,25 @@ async def test_the_official_client_sees_the_capability_and_calls_the_tools() -> 
         r = await session.call_tool("run_program", {"code": "await host.lookup(key='z')"})
         assert not r.is_error
         assert (r.structured_content or {})["value"] == "Z"
+
+
+async def test_serve_tells_its_version_and_none_of_the_hosts_paths(tmp_path: Path) -> None:
+    from importlib.metadata import version
+
+    from mcp.client.session import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    params = StdioServerParameters(
+        command=sys.executable, args=serve_command()[1:], env=dict(os.environ), cwd=tmp_path
+    )
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        init = await session.initialize()
+    assert init.server_info.version == version("sandbox-runtime")
+    cap = (init.capabilities.experimental or {})[KEY]
+    assert cap["descriptor"].get("root", "") == ""
+    told = json.dumps(init.model_dump(mode="json"))
+    for path in (str(tmp_path), str(HERE.parent.parent.parent), sys.prefix):
+        assert path not in told
 
 
 # -- losing the connection --
