@@ -17,7 +17,7 @@ from typing import Final
 
 import anyio
 
-__all__ = ["py_spy", "python_stack"]
+__all__ = ["program_first", "py_spy", "python_stack"]
 
 #: The longest taking a stack may add to a run that has already reached its wall clock.
 STACK_TIMEOUT: Final = 10.0
@@ -51,4 +51,48 @@ async def python_stack(pid: int, seconds: float = STACK_TIMEOUT) -> tuple[str | 
         lines = (done.stderr or done.stdout).decode("utf-8", "replace").strip().splitlines()
         why = lines[-1] if lines else f"exit status {done.returncode}"
         return None, f"py-spy could not read process {pid}: {why}"
-    return done.stdout.decode("utf-8", "replace"), None
+    return program_first(done.stdout.decode("utf-8", "replace")), None
+
+
+# py-spy prints each thread innermost frame first; the runner hands the program to Python
+# in this frame, so every frame printed before it is the program's (or code it called).
+_RUNNER_ENTRY: Final = "_execute (runner/_backends/python.py:"
+
+
+def program_first(dump: str) -> str:
+    """``py-spy dump``'s text, rearranged for whoever reads why a program was killed.
+
+    The thread the runner started the program in comes first, the program's frames first
+    and the runner's below them under a heading; then the other threads (the program's
+    own, and the runner's); then py-spy's header (the process and the interpreter). Text that does not look like
+    a dump is returned as it is.
+    """
+    header: list[str] = []
+    threads: list[list[str]] = []
+    for line in dump.splitlines():
+        if line.startswith("Thread "):
+            threads.append([line])
+        elif threads and line.strip():
+            threads[-1].append(line)
+        elif line.strip():
+            header.append(line)
+    if not threads:
+        return dump
+    running = [_split_at_runner(t) for t in threads if _runs_program(t)]
+    others = [t for t in threads if not _runs_program(t)]
+    parts = [*("\n".join(t) for t in running)]
+    if others:
+        parts.append("the other threads:\n" + "\n\n".join("\n".join(t) for t in others))
+    if header:
+        parts.append("\n".join(header))
+    return "\n\n".join(parts) + "\n"
+
+
+def _runs_program(thread: list[str]) -> bool:
+    return any(line.strip().startswith(_RUNNER_ENTRY) for line in thread)
+
+
+def _split_at_runner(thread: list[str]) -> list[str]:
+    """A thread's lines with a heading between the program's frames and the runner's."""
+    at = next(i for i, line in enumerate(thread) if line.strip().startswith(_RUNNER_ENTRY))
+    return [*thread[:at], "    -- the runner, below the program:", *thread[at:]]

@@ -25,6 +25,53 @@ async def test_the_stack_names_where_the_program_was(level: Level) -> None:
     assert result.stack_error is None
     assert result.stack is not None
     assert "stuck_here (<program>:" in result.stack
+    lines = result.stack.splitlines()
+    # The program's frames come first, then the runner's, then py-spy's header.
+    assert lines[0].startswith("Thread ")
+    assert lines[1].strip().startswith("stuck_here (<program>:")
+    runner = lines.index("    -- the runner, below the program:")
+    assert all("<program>" not in line for line in lines[runner:])
+    assert any(line.startswith("Process ") for line in lines[runner:])
+
+
+DUMP = """\
+Process 7: /venv/bin/python -I -S -c import runner
+Python v3.11.7 (/usr/bin/python3.11)
+
+Thread 8 (idle): "Thread-1 (worker)"
+    worker (<program>:9)
+    run (threading.py:975)
+
+Thread 7 (active): "MainThread"
+    inner (<program>:3)
+    <module> (<program>:5)
+    _execute (runner/_backends/python.py:212)
+    serve (runner/_main.py:489)
+
+"""
+
+
+def test_program_first_puts_the_programs_thread_and_frames_first() -> None:
+    assert _stack.program_first(DUMP) == (
+        'Thread 7 (active): "MainThread"\n'
+        "    inner (<program>:3)\n"
+        "    <module> (<program>:5)\n"
+        "    -- the runner, below the program:\n"
+        "    _execute (runner/_backends/python.py:212)\n"
+        "    serve (runner/_main.py:489)\n"
+        "\n"
+        "the other threads:\n"
+        'Thread 8 (idle): "Thread-1 (worker)"\n'
+        "    worker (<program>:9)\n"
+        "    run (threading.py:975)\n"
+        "\n"
+        "Process 7: /venv/bin/python -I -S -c import runner\n"
+        "Python v3.11.7 (/usr/bin/python3.11)\n"
+    )
+
+
+def test_program_first_leaves_other_text_alone() -> None:
+    assert _stack.program_first("no threads here\n") == "no threads here\n"
 
 
 @pytest.mark.slow
