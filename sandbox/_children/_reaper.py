@@ -188,8 +188,9 @@ class CgroupSet:
         With nothing spared, passes of SIGKILL until a pass finds no member it has not
         signalled already: a process with SIGKILL pending cannot fork, so only a child
         whose fork was under way when its parent was signalled can appear after a pass,
-        and the next pass gets it (a second pass always follows, after a millisecond, to
-        find such children). No freezing: freezing a cgroup of a few hundred busy
+        and the next pass gets it (a second pass follows, after a millisecond, to find
+        such children, unless the pids controller's count shows there can be none: the
+        end of most runs, one single-threaded runner, needs one pass). No freezing: freezing a cgroup of a few hundred busy
         processes on a loaded machine takes hundreds of milliseconds; this takes a few.
 
         With ``spare`` (a runner that must outlive the others for now), each pass freezes
@@ -233,9 +234,34 @@ class CgroupSet:
         while new and time.monotonic() < deadline:
             _kill(new)
             signalled |= new
+            if self._none_but(signalled):
+                break
             time.sleep(0.001)  # time for a fork under way to list its child
             new = self.pids() - signalled
         return signalled
+
+    def _none_but(self, signalled: set[int]) -> bool:
+        """Whether the set holds no task but one thread of each of ``signalled`` (then no
+        process of it can fork again, and no child of a fork under way can appear).
+
+        The pids controller charges a task from the moment its fork starts until it is
+        reaped, listed or not. ``pids.current`` is read first; if every signalled process
+        still exists after it (not reaped, so each was charged one task at least), a count
+        equal to their number leaves no room for a second thread, a fork under way or a
+        process the listing missed. Any other count (or no pids controller) says nothing:
+        the caller goes on with its passes.
+        """
+        current = self._read_int("pids", "pids.current")
+        if current != len(signalled):
+            return False
+        for pid in signalled:
+            try:
+                os.kill(pid, 0)  # a zombie too: still charged until it is reaped
+            except ProcessLookupError:
+                return False
+            except PermissionError:
+                continue  # another uid's process exists all the same
+        return True
 
     def memory_peak(self) -> int | None:
         """The most memory the run's processes used at once, in bytes."""

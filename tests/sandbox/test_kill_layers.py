@@ -229,3 +229,92 @@ def test_kill_tree_kills_every_descendant_of_the_runner() -> None:
         assert all(dead(pid) for pid in t.program)
         assert not dead(t.runner)
         os.kill(t.runner, signal.SIGKILL)
+
+
+#: Run as ``python -c JOINER THREADS CHILDREN CGROUP_PROCS ...``: joins the cgroups, starts
+#: THREADS - 1 more threads and CHILDREN children (all asleep), prints its pid and the
+#: children's, and sleeps.
+JOINER = """
+import os, sys, threading, time
+threads, children, procs = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
+for path in procs:
+    with open(path, "w") as f:
+        f.write(str(os.getpid()))
+for _ in range(threads - 1):
+    threading.Thread(target=time.sleep, args=(600,), daemon=True).start()
+kids = []
+for _ in range(children):
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(600)
+        os._exit(0)
+    kids.append(pid)
+print(os.getpid(), *kids, flush=True)
+time.sleep(600)
+"""
+
+
+@contextmanager
+def joiner(cgroups: CgroupSet, threads: int = 1, children: int = 0) -> Iterator[list[int]]:
+    """A process of :data:`JOINER` in ``cgroups``, not reaped until the test ends."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", JOINER, str(threads), str(children), *cgroups.procs_files()],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        assert select.select([proc.stdout], [], [], WAIT)[0], "the joiner did not start"
+        yield [int(pid) for pid in proc.stdout.readline().split()]
+    finally:
+        cgroups.kill_all()
+        proc.kill()
+        proc.wait(WAIT)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def pids_controller(cgroups: CgroupSet) -> None:
+    if "pids" not in cgroups.dirs:
+        pytest.skip("no pids cgroup on this host: kill_all always makes a second pass")
+
+
+@needs_cgroups
+def test_one_signalled_single_threaded_process_needs_no_second_pass(cgroups: CgroupSet) -> None:
+    """The common end of a run: the runner alone, one thread. Once it has SIGKILL
+    pending (a zombie, not reaped), nothing of the set can fork again."""
+    pids_controller(cgroups)
+    with joiner(cgroups) as (pid,):
+        os.kill(pid, signal.SIGKILL)
+        assert cgroups._none_but({pid})
+
+
+@needs_cgroups
+def test_a_second_thread_or_a_child_means_another_pass(cgroups: CgroupSet) -> None:
+    """A count above one task per signalled process (a thread, a child not signalled, or
+    a fork under way) is never taken for an empty set."""
+    pids_controller(cgroups)
+    with joiner(cgroups, threads=2) as (pid,):
+        os.kill(pid, signal.SIGKILL)  # its second thread is charged until it is reaped
+        assert not cgroups._none_but({pid})
+    with joiner(cgroups, children=1) as (pid, child):
+        assert cgroups.pids() == {pid, child}
+        assert not cgroups._none_but({pid})
+        assert cgroups._none_but({pid, child})
+
+
+@needs_cgroups
+def test_a_reaped_process_is_not_counted_as_present(cgroups: CgroupSet) -> None:
+    """A signalled process already reaped charges nothing: the count cannot tell what
+    else is there, so it decides nothing."""
+    pids_controller(cgroups)
+    with joiner(cgroups, children=1) as (pid, child):
+        os.kill(child, signal.SIGKILL)
+        wait_until(lambda: cgroups.pids() == {pid}, "the child gone from the listing")
+        # The child is the joiner's zombie, unreaped: the set still charges two tasks.
+        assert not cgroups._none_but({pid})
+        assert cgroups._none_but({pid, child})
+        # Two tasks charged, two pids signalled, but one of them is no process (reaped,
+        # say): the count may hide a process the listing missed.
+        gone = 2**22 + 1  # above any pid_max: no process has it
+        assert not cgroups._none_but({pid, gone})
