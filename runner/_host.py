@@ -343,6 +343,13 @@ class Host:
                 ) from None
         self.__tools = tools
 
+    @classmethod
+    def empty(cls) -> Host:
+        """A ``host`` with no tools (it calls nobody, so it needs no client)."""
+        host = cls.__new__(cls)
+        host.__tools = {}
+        return host
+
     def __getattr__(self, name: str) -> Tool:
         # Only called when ordinary lookup fails, i.e. for every tool name.
         if name.startswith("_Host__"):

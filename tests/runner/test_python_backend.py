@@ -308,3 +308,16 @@ async def test_runner_future_imports_do_not_leak_into_the_program() -> None:
     """The program compiles with its own flags: annotations are evaluated, not strings."""
     run = await run_program("def f(x: int) -> None: ...\nf.__annotations__['x'] is int")
     assert run.value is True
+
+
+async def test_the_warm_up_before_the_start_leaves_nothing_behind() -> None:
+    """``prepare`` runs a small program (``x = [1]``) so that the first real one is fast;
+    the real program sees none of it: not its names, not its source lines."""
+    program = (
+        "import linecache, sys\n"
+        "here = sys._getframe().f_code.co_filename\n"
+        "main = sys.modules['__main__'].__dict__\n"
+        "['x' in globals(), linecache.getline(here, 1), main is globals()]"
+    )
+    run = await run_program(program)
+    assert run.value == [False, "import linecache, sys\n", True]
