@@ -503,54 +503,77 @@ class Pool:
         self._closed = False
         _pools.add(self)
 
-    def _fill(self, confined: bool, use_cgroups: bool, disk_bytes: int | None) -> None:
-        disk_bytes = disk_bytes if confined else None  # only a confined child has its own
-        idle = self._idle.setdefault((confined, use_cgroups, disk_bytes), deque())
-        while len(idle) < self.size:
-            child = Child(confined=confined, use_cgroups=use_cgroups, disk_bytes=disk_bytes)
-            child.request(mode=Spawn.POOL, start_timeout=0)
-            idle.append(child)
+    @staticmethod
+    def _make(kind: tuple[bool, bool, int | None]) -> Child:
+        """One child for the pool (or for the run that found it empty).
+
+        Raises:
+            SpawnFailed: the zygote would not take the request.
+        """
+        confined, use_cgroups, disk_bytes = kind
+        child = Child(confined=confined, use_cgroups=use_cgroups, disk_bytes=disk_bytes)
+        child.request(mode=Spawn.POOL, start_timeout=0)
+        return child
 
     def take(
         self, *, confined: bool, use_cgroups: bool, disk_bytes: int | None = DEFAULT_DISK_BYTES
     ) -> Child:
-        """A child for one run (waiting for the zygote if the pool is empty).
+        """A child for one run: an idle one, or, if the pool is empty, one made for it.
 
         The child's :attr:`Child.refill` tops the pool up again in the background; the run
-        calls it once it is over, so that making the replacement is not on its path.
+        calls it once it is over, so that making the replacement is not on its path. A run
+        that finds the pool empty makes its own child and no more: filling the pool is the
+        background's work.
 
         Raises:
             SpawnFailed: no child could be made.
         """
-        with self._lock:
-            if self._closed:
-                raise SpawnFailed("the pool is closed")
-            kind = (confined, use_cgroups, disk_bytes if confined else None)
-            idle = self._idle.setdefault(kind, deque())
-            dead: list[Child] = []
-            try:
-                while True:
-                    if not idle:
-                        self._fill(*kind)
-                    child = idle.popleft()
-                    if child.ready_now() is False:  # died while idle: not for a run
-                        dead.append(child)
-                        continue
-                    child.refill = functools.partial(_refiller.submit, self, *kind)
-                    return child
-            finally:
-                for child in dead:
-                    child.discard()
+        kind = (confined, use_cgroups, disk_bytes if confined else None)
+        dead: list[Child] = []
+        try:
+            while True:
+                with self._lock:
+                    if self._closed:
+                        raise SpawnFailed("the pool is closed")
+                    idle = self._idle.setdefault(kind, deque())
+                    child = idle.popleft() if idle else None
+                if child is None:
+                    child = self._make(kind)
+                elif child.ready_now() is False:  # died while idle: not for a run
+                    dead.append(child)
+                    continue
+                child.refill = functools.partial(_refiller.submit, self, *kind)
+                return child
+        finally:
+            for child in dead:
+                child.discard()
 
     def refill(
         self, confined: bool, use_cgroups: bool, disk_bytes: int | None = DEFAULT_DISK_BYTES
     ) -> None:
         """Ask for children until the pool is full again (quietly: a failure to fork now
-        shows up, with its reason, when a run next takes a child)."""
-        with self._lock:
-            if not self._closed:
-                with contextlib.suppress(SpawnFailed):
-                    self._fill(confined, use_cgroups, disk_bytes)
+        shows up, with its reason, when a run next takes a child).
+
+        Each child is made without the pool's lock held, so that a run taking an idle
+        child never waits for one being made.
+        """
+        kind = (confined, use_cgroups, disk_bytes if confined else None)
+        while True:
+            with self._lock:
+                idle = self._idle.setdefault(kind, deque())
+                if self._closed or len(idle) >= self.size:
+                    return
+            try:
+                child = self._make(kind)
+            except SpawnFailed:
+                return
+            with self._lock:
+                kept = not self._closed
+                if kept:
+                    idle.append(child)
+            if not kept:
+                child.discard()  # the pool closed while the child was being made
+                return
 
     def idle(self) -> list[Child]:
         """The idle children (for measurements and tests)."""

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -18,8 +19,9 @@ import pytest
 
 import sandbox
 from sandbox import Budget, Level, Pool, Spawn
-from sandbox._children import _supervisor
+from sandbox._children import Child, _supervisor
 from sandbox._children._reaper import _CONTROLLERS, _base
+from sandbox._engine._levels import cgroups_usable
 from tests.host import child_levels
 
 from .conftest import cannot_run_program_code, run_processes
@@ -117,6 +119,48 @@ async def test_a_pool_child_that_died_idle_is_not_used() -> None:
                 await anyio.sleep(0.01)
         result = await sandbox.run("5", spawn=pool)
         assert (result.ok, result.value) == (True, 5), result.error
+
+
+async def test_a_run_never_waits_for_a_child_being_made(monkeypatch: pytest.MonkeyPatch) -> None:
+    """While the background makes a child for the pool (here: held up), a run takes an
+    idle one at once; a run that finds the pool empty makes its own and no more."""
+    made: list[threading.Thread] = []
+    held = threading.Event()
+    real_make = Pool._make
+
+    def make(kind: tuple[bool, bool, int | None]) -> Child:
+        made.append(threading.current_thread())
+        if threading.current_thread().name == "refill-under-test":
+            held.wait(30)
+        return real_make(kind)
+
+    monkeypatch.setattr(Pool, "_make", staticmethod(make))
+    with Pool(size=2) as pool:
+        kind = (False, cgroups_usable(), None)
+        first = pool.take(confined=False, use_cgroups=kind[1])  # the pool was empty
+        assert len(made) == 1
+        assert pool.idle() == []
+        first.discard()
+        pool.refill(*kind)
+        assert len(pool.idle()) == 2
+        refill = threading.Thread(target=pool.refill, args=kind, name="refill-under-test")
+        took: list[Child] = []
+        try:
+            taken = pool.take(confined=False, use_cgroups=kind[1])
+            refill.start()  # the pool has one idle child left: the refill makes another
+            with anyio.fail_after(30):
+                while len(made) < 4:  # noqa: ASYNC110
+                    await anyio.sleep(0.01)
+            # The refill is held up making a child: the idle one is taken at once.
+            took.append(pool.take(confined=False, use_cgroups=kind[1]))
+            assert refill.is_alive()  # still held up: the take did not wait for it
+            assert len(made) == 4
+            for child in (taken, *took):
+                child.discard()
+        finally:
+            held.set()
+            refill.join(30)
+        assert len(pool.idle()) == 2
 
 
 async def test_pool_and_spawn_arguments_are_checked() -> None:
