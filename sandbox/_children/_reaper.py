@@ -190,8 +190,9 @@ class CgroupSet:
         whose fork was under way when its parent was signalled can appear after a pass,
         and the next pass gets it (a second pass follows, after a millisecond, to find
         such children, unless the pids controller's count shows there can be none: the
-        end of most runs, one single-threaded runner, needs one pass). No freezing: freezing a cgroup of a few hundred busy
-        processes on a loaded machine takes hundreds of milliseconds; this takes a few.
+        end of most runs, one single-threaded runner, needs one pass). No freezing:
+        freezing a cgroup of a few hundred busy processes on a loaded machine takes
+        hundreds of milliseconds; this takes a few.
 
         With ``spare`` (a runner that must outlive the others for now), each pass freezes
         the cgroups (nothing in them can fork, exit or run, the spared ones included),

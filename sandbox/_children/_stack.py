@@ -64,8 +64,8 @@ def program_first(dump: str) -> str:
 
     The thread the runner started the program in comes first, the program's frames first
     and the runner's below them under a heading; then the other threads (the program's
-    own, and the runner's); then py-spy's header (the process and the interpreter). Text that does not look like
-    a dump is returned as it is.
+    own, and the runner's); then py-spy's header (the process and the interpreter). Text
+    that does not look like a dump is returned as it is.
     """
     header: list[str] = []
     threads: list[list[str]] = []
