@@ -12,8 +12,25 @@ turns reading (one reads, the others wait on a condition and are woken when thei
 arrives). Writes are blocking: the parent always keeps reading (its ``Server`` queues its
 answers rather than stop reading), so a write cannot wait forever on a live parent.
 
+The in-flight cap, the child's half
+-----------------------------------
+The parent answers ``limit`` at once to a call over its in-flight cap (invariant 4), so a
+client that sent every call a program makes would see ``asyncio.gather`` over more calls
+than the cap fail in part. The client is told the cap (``Start.budget.max_inflight``) and
+never has more calls sent and unanswered than that: a call past it waits in a queue, in
+the order the calls were made, and is sent when an answer frees a place. The place is
+freed when the answer *arrives*, not when its caller collects it: the parent forgot the
+call before it wrote the answer, so the parent never counts more calls in flight than the
+client does, and never refuses one for the cap. A queued call whose caller gives up (an
+asyncio task cancelled) is dropped and never sent; a sent one's answer is dropped when it
+comes. Frames are written outside the client's lock, by the thread that made the call or
+the one whose read freed the place, so that a reader never waits on a write while holding
+the others up. The parent still refuses a child that sends more than the cap: this queue
+is for the program's sake, never a thing the parent relies on.
+
 Invariant 5, the child's half: when the parent closes the call channel, every call in
-flight fails with ``CallError(Kind.CANCELED)`` and so does every later call.
+flight fails with ``CallError(Kind.CANCELED)``, queued ones included, and so does every
+later call.
 """
 
 from __future__ import annotations
@@ -25,10 +42,12 @@ import select
 import sys
 import threading
 import time
+from collections import deque
 from typing import TYPE_CHECKING, Final, final
 
 from ._calls import ClientCore, utf8_len
-from ._errors import CallError, ChannelClosed, ProtocolError
+from ._constants import DEFAULT_MAX_INFLIGHT, INT64_MAX
+from ._errors import CallError, ChannelClosed, ProtocolError, RemoteProtocolError
 from ._frames import Signal
 from ._kinds import Kind
 from ._messages import Response, Result, Start
@@ -104,12 +123,30 @@ def _outcome(response: Response | BaseException) -> str:
 class Client:
     """The program's side of the call channel: calls to the host's tools.
 
+    At most ``max_inflight`` calls are sent and unanswered at once; calls past that wait,
+    in order, until an answer frees a place (see the module docstring). A call's
+    ``deadline_ms`` is counted by the parent from when the call is sent, so time spent
+    waiting here is not part of it.
+
     Args:
         read_fd: the descriptor the parent's Responses arrive on.
         write_fd: the descriptor Requests leave by (may equal ``read_fd``).
+        max_inflight: the parent's in-flight cap, as the Start says it
+            (``Start.budget.max_inflight``); 0, the Start's "not said", means
+            :data:`~protocol.DEFAULT_MAX_INFLIGHT`.
+
+    Raises:
+        ValueError: ``max_inflight`` is negative or past Go's int64.
+        TypeError: ``max_inflight`` is not an ``int``.
     """
 
-    def __init__(self, read_fd: int, write_fd: int) -> None:
+    def __init__(self, read_fd: int, write_fd: int, *, max_inflight: int = 0) -> None:
+        if isinstance(max_inflight, bool) or not isinstance(max_inflight, int):
+            raise TypeError(f"max_inflight must be an int, got {max_inflight!r}")
+        if not 0 <= max_inflight <= INT64_MAX:
+            raise ValueError(
+                f"max_inflight must be from 0 (the default cap) to {INT64_MAX}, got {max_inflight}"
+            )
         os.set_blocking(read_fd, False)
         if write_fd != read_fd:
             os.set_blocking(write_fd, True)
@@ -119,6 +156,7 @@ class Client:
         self._core = ClientCore()
         self._cond = threading.Condition(threading.Lock())
         self._write_lock = threading.Lock()
+        self._fds_closed = False  # under _write_lock: no write after close()
         self._reading = False
         # Settled calls of blocking callers, by id, until they collect them.
         self._done: dict[str, Response | BaseException] = {}
@@ -128,10 +166,25 @@ class Client:
         self._failure: BaseException | None = None
         self._calls = 0
         self._bytes = 0
+        # The in-flight cap (all under _cond but _outbox, see _flush): calls sent and not
+        # answered; calls waiting for a place, by id in call order (an id whose caller
+        # gave up is skipped), and their frames; frames with a place, to write; and the
+        # calls whose callers gave up, whose answers are dropped.
+        self._max_inflight = max_inflight or DEFAULT_MAX_INFLIGHT
+        self._inflight = 0
+        self._waiting: deque[str] = deque()
+        self._queued: dict[str, bytearray] = {}
+        self._outbox: deque[bytearray] = deque()
+        self._abandoned: set[str] = set()
+
+    @property
+    def max_inflight(self) -> int:
+        """The most calls this client has sent and unanswered at once."""
+        return self._max_inflight
 
     @property
     def calls_made(self) -> int:
-        """Calls this client made (what the child reports in Result; not authoritative)."""
+        """Calls this client sent (what the child reports in Result; not authoritative)."""
         return self._calls
 
     @property
@@ -142,20 +195,65 @@ class Client:
     # -- making calls -------------------------------------------------------------------
 
     def _send(self, tool: str, args: str, deadline_ms: int) -> str:
+        """Register a call and send it, or queue it if the cap is reached; its id."""
         with self._cond:
             if self._failure is not None:
                 raise self._failure
             call_id, frame = self._core.request(tool, args, deadline_ms)
-            self._calls += 1
-        with self._write_lock:
-            try:
-                _write_all(self._wfd, frame)
-            except OSError as exc:
-                self._fail_all(CallError(Kind.CANCELED, f"call channel broken: {exc}"))
+            if self._inflight < self._max_inflight and not self._queued:
+                self._inflight += 1
+                self._calls += 1
+                self._outbox.append(frame)
+            else:
+                self._queued[call_id] = frame
+                self._waiting.append(call_id)
+        self._flush()
         return call_id
+
+    def _flush(self) -> None:
+        """Write the frames that have a place (never called holding ``_cond``).
+
+        Whoever puts a frame in the outbox flushes after: a flush that finds the writing
+        lock taken waits for it, then writes whatever the other left.
+        """
+        outbox = self._outbox
+        if not outbox:
+            return
+        with self._write_lock:
+            while outbox and not self._fds_closed:
+                try:
+                    frame = outbox.popleft()
+                except IndexError:  # the channel failed meanwhile and emptied it
+                    return
+                try:
+                    _write_all(self._wfd, frame)
+                except OSError as exc:
+                    self._fail_all(CallError(Kind.CANCELED, f"call channel broken: {exc}"))
+                    return
+
+    def _promote(self) -> None:
+        """Give the places answers freed to the calls waiting longest (holding the lock)."""
+        waiting = self._waiting
+        queued = self._queued
+        while self._inflight < self._max_inflight and waiting:
+            frame = queued.pop(waiting.popleft(), None)
+            if frame is None:
+                continue  # its caller gave up while it waited
+            self._inflight += 1
+            self._calls += 1
+            self._outbox.append(frame)
+
+    def _abandon(self, call_id: str) -> None:
+        """The caller of ``call_id`` gave up on it (holding the lock): a queued call is
+        never sent; a sent call's answer, when it comes, is dropped."""
+        if self._failure is None:
+            self._queued.pop(call_id, None)
+            self._abandoned.add(call_id)
 
     def call(self, tool: str, args: str = "", *, deadline_ms: int = 0) -> str:
         """Call ``tool`` with ``args`` (raw text) and block until the parent answers.
+
+        At the in-flight cap, the call first waits for a place (see the class docstring).
 
         Returns:
             The value, as text.
@@ -167,26 +265,46 @@ class Client:
         """
         call_id = self._send(tool, args, deadline_ms)
         with self._cond:
-            while True:
-                done = self._done.pop(call_id, None)
-                if done is not None:
-                    return self._collect(done)
-                if self._reading:
-                    self._cond.wait()
-                    continue
-                self._reading = True
+            try:
+                done = self._wait_blocking(call_id)
+            except BaseException:  # interrupted (KeyboardInterrupt, say): give it up
+                if self._done.pop(call_id, None) is None:
+                    self._abandon(call_id)
+                raise
+        return self._collect(done)
+
+    def _wait_blocking(self, call_id: str) -> Response | BaseException:
+        """Read (or wait for another thread to read) until ``call_id`` is settled; called
+        and returns holding the lock."""
+        while True:
+            done = self._done.pop(call_id, None)
+            if done is not None:
+                return done
+            if self._reading:
+                self._cond.wait()
+                continue
+            self._reading = True
+            self._cond.release()
+            try:
+                _wait_readable(self._poller, None)
+                data = self._read()
+            finally:
+                self._cond.acquire()
+                self._reading = False
+            self._feed(data)
+            self._cond.notify_all()
+            if self._outbox:  # answers freed places: send the calls that waited for them
                 self._cond.release()
                 try:
-                    _wait_readable(self._poller, None)
-                    data = self._read()
+                    self._flush()
                 finally:
                     self._cond.acquire()
-                    self._reading = False
-                self._feed(data)
-                self._cond.notify_all()
 
     async def acall(self, tool: str, args: str = "", *, deadline_ms: int = 0) -> str:
         """Call ``tool`` from asyncio; many such calls run concurrently, matched by id.
+
+        Calls past the in-flight cap wait for a place, in order; one cancelled while it
+        waits is never sent.
 
         Raises:
             CallError: as :meth:`call`.
@@ -209,7 +327,8 @@ class Client:
             response = await future
         finally:
             with self._cond:
-                self._futures.pop(call_id, None)
+                if self._futures.pop(call_id, None) is not None:  # not settled: given up
+                    self._abandon(call_id)
                 self._maybe_remove_reader()
         return self._collect(response)
 
@@ -239,6 +358,7 @@ class Client:
             self._feed(data)
             self._cond.notify_all()
             self._maybe_remove_reader()
+        self._flush()
 
     def _maybe_remove_reader(self) -> None:
         loop = self._reader_loop
@@ -264,6 +384,13 @@ class Client:
                     )
                     return
                 assert isinstance(item, Response)
+                if item.id in self._queued:  # the core took it for pending: fail it here
+                    error = RemoteProtocolError(f"response for call id {item.id!r}, never sent")
+                    self._fail_locked(error)
+                    self._settle(item.id, error)
+                    return
+                self._inflight -= 1
+                self._promote()
                 self._settle(item.id, item)
         except ProtocolError as exc:
             self._fail_locked(exc)
@@ -271,7 +398,10 @@ class Client:
     def _settle(self, call_id: str, outcome: Response | BaseException) -> None:
         future = self._futures.pop(call_id, None)
         if future is None:
-            self._done[call_id] = outcome
+            if call_id in self._abandoned:
+                self._abandoned.discard(call_id)  # nobody waits for it any more
+            else:
+                self._done[call_id] = outcome
             return
         loop = future.get_loop()
         if _running_loop() is loop:
@@ -289,11 +419,16 @@ class Client:
     def _fail_locked(self, error: BaseException) -> None:
         if self._failure is None:
             self._failure = error
+        self._waiting.clear()
+        self._queued.clear()
+        self._outbox.clear()
         for call_id in self._core.close():
             self._settle(call_id, error)
+        self._abandoned.clear()
 
     def close(self) -> None:
-        """Close the channel; calls in flight fail with ``CallError(Kind.CANCELED)``.
+        """Close the channel; calls in flight and queued fail with
+        ``CallError(Kind.CANCELED)``.
 
         The writing descriptor is closed last, so a parent that reads EOF knows that both
         are closed (the ``in_process`` level returns on that EOF).
@@ -301,11 +436,13 @@ class Client:
         self._fail_all(CallError(Kind.CANCELED, "the call channel was closed"))
         with self._cond:
             self._maybe_remove_reader()
-        for fd in dict.fromkeys((self._rfd, self._wfd)):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        with self._write_lock:  # a thread still flushing writes to no reused descriptor
+            self._fds_closed = True
+            for fd in dict.fromkeys((self._rfd, self._wfd)):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
 
 
 @final

@@ -149,12 +149,19 @@ class StartBudget(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True,
         max_bytes: the most result bytes the run may receive.
         max_memory: the most memory, in bytes, the run may use. A runner that cannot
             enforce it must refuse rather than pretend.
+        max_inflight: the parent's cap on calls in flight at once (invariant 4). The
+            parent answers ``limit`` to a call over it, so a child's client holds calls
+            past it back until an answer frees a place, rather than send them (the
+            :class:`~protocol.Client` does). 0: not said, and the cap is
+            :data:`~protocol.DEFAULT_MAX_INFLIGHT`. Not in the seed's Go struct: added
+            after it, as a field a peer that does not know it ignores.
     """
 
     wall_clock: _NonNegative = 0
     max_calls: _NonNegative = 0
     max_bytes: _NonNegative = 0
     max_memory: _NonNegative = 0
+    max_inflight: _NonNegative = 0
 
 
 class Start(Message, frozen=True, kw_only=True, omit_defaults=True, gc=False):

@@ -234,6 +234,7 @@ def _start(s: Script) -> Start:
         max_calls=s.pick([0, 100, _INT64_MAX + 1]),
         max_bytes=s.pick([0, 1 << 20]),
         max_memory=s.pick([0, 1 << 28, 2**64]),
+        max_inflight=s.pick([0, 64, _INT64_MAX + 1]),
     )
     return Start(
         v=VERSION,

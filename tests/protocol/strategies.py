@@ -122,6 +122,7 @@ def start_budgets() -> st.SearchStrategy[StartBudget]:
         max_calls=counter,
         max_bytes=counter,
         max_memory=counter,
+        max_inflight=counter,
     )
 
 

@@ -116,7 +116,8 @@ _ORDER: Final[dict[type[Message], list[str]]] = {
     Result: ["v", "result_id", "ok", "value", "kind", "error", "calls", "bytes"],
 }
 _OMITEMPTY: Final = {"deadline_ms", "value", "kind", "error", "calls", "bytes", "signature"}
-_BUDGET_ORDER: Final = ["wall_clock", "max_calls", "max_bytes", "max_memory"]
+# max_inflight is not in the seed's Go struct: it comes after its fields, omitempty as they are.
+_BUDGET_ORDER: Final = ["wall_clock", "max_calls", "max_bytes", "max_memory", "max_inflight"]
 
 
 def _go_keys(
@@ -210,6 +211,21 @@ GOLDEN: Final[list[tuple[str, Message, bytes]]] = [
         b'"bindings":[{"name":"get_logs","signature":"get_logs(host, count)"},{"name":"search"}],'
         b'"budget":{"wall_clock":30000000000,"max_calls":100,"max_bytes":1048576,'
         b'"max_memory":268435456},"result_id":"run-1"}',
+    ),
+    (
+        # max_inflight came after the seed's Go struct: a Go peer that does not know it
+        # ignores it, and one that does writes it in this place (after max_memory).
+        "start_max_inflight",
+        Start(
+            v=1,
+            program="1+1",
+            bindings=(),
+            budget=StartBudget(wall_clock=30_000_000_000, max_inflight=8),
+            result_id="r",
+        ),
+        b"\x00\x00\x00\x6a"
+        rb'{"v":1,"program":"1+1","bindings":[],'
+        rb'"budget":{"wall_clock":30000000000,"max_inflight":8},"result_id":"r"}',
     ),
     (
         "start_nil_bindings",

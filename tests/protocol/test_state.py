@@ -594,7 +594,9 @@ def test_a_deeply_nested_start_fails_the_runner_for_good() -> None:
     assert runner.state is State.ERROR
 
 
-@pytest.mark.parametrize("field", ["wall_clock", "max_calls", "max_bytes", "max_memory"])
+@pytest.mark.parametrize(
+    "field", ["wall_clock", "max_calls", "max_bytes", "max_memory", "max_inflight"]
+)
 def test_a_start_with_a_budget_outside_int64_is_not_sent(field: str) -> None:
     """A budget a Go child could not decode is refused before anything is sent
     (LocalProtocolError); the starter stays IDLE and a fixed Start can follow."""
