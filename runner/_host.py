@@ -8,6 +8,12 @@ calls in flight on the one call channel (matched by id, invariant 6). Called wit
 running, the same expression blocks and returns the value, so a plain script needs no
 ``await``. ``host.search.blocking("q")`` always blocks, loop or not.
 
+However many calls the program makes at once (``asyncio.gather`` over a thousand, threads
+calling the blocking form together), at most the parent's in-flight cap of them are sent:
+the rest wait their turn in the call channel's client (:class:`protocol.Client`), in the
+order they were made, and a call cancelled while it waits is never sent. So the cap, which
+the parent enforces by refusing what goes past it, never fails a program's call.
+
 How arguments cross the wire
 ----------------------------
 A binding's signature (``"search(query, limit=10)"``) names its parameters. The program

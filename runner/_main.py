@@ -482,7 +482,7 @@ def serve(args: Arguments) -> int:
     start = _await_start(runner, args.start_timeout, early=early)
     if start is None:
         return EXIT_NO_START
-    client = Client(*args.call_fds)
+    client = Client(*args.call_fds, max_inflight=start.budget.max_inflight)
     if args.confine and not early and not _confine_after_start(args, runner, start, client):
         return EXIT_NOT_CONFINED
     _own_main_thread()

@@ -218,6 +218,7 @@ class Budget(msgspec.Struct, frozen=True, kw_only=True):
             max_calls=b.max_calls or 0,
             max_bytes=b.max_bytes or 0,
             max_memory=b.max_memory or 0,
+            max_inflight=self.call_limits().max_inflight,
         )
 
     def applied(self, enforceable: Container[str]) -> Budget:

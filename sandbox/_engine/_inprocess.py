@@ -133,7 +133,6 @@ async def run_in_process(program: str, toolset: Toolset, budget: Budget) -> RunR
     t0 = time.perf_counter()
     down, up = os.pipe(), os.pipe()
     server = Server(FdChannel(up[0], down[1]), toolset.handle, budget.call_limits())
-    client = Client(down[0], up[1])
     start = Start(
         v=VERSION,
         program=program,
@@ -141,6 +140,8 @@ async def run_in_process(program: str, toolset: Toolset, budget: Budget) -> RunR
         budget=budget.start_budget(),
         result_id=uuid.uuid4().hex,
     )
+    # Told the in-flight cap by the Start, as a runner is: it queues calls past it.
+    client = Client(down[0], up[1], max_inflight=start.budget.max_inflight)
     backend = PythonBackend(as_main=False)
     # What the thread leaves: the outcome and its CPU seconds, or what went wrong.
     ran: list[tuple[Outcome | bytes, float] | BaseException] = []

@@ -106,10 +106,12 @@ async def test_max_bytes(level: Level) -> None:
 
 @levels
 async def test_inflight_cap(level: Level) -> None:
-    """Calls over max_inflight are refused at once with `limit`, never queued."""
+    """A child that sends calls over max_inflight (this program lifts its client's own
+    cap, which queues them otherwise) has them refused at once with `limit`."""
     program = """
 import asyncio
 from protocol import CallError
+host.slow._client._max_inflight = 1000
 results = await asyncio.gather(*(host.slow(0.5) for _ in range(10)), return_exceptions=True)
 [r if isinstance(r, str) else r.kind.value for r in results]
 """
@@ -268,13 +270,14 @@ def test_the_wire_and_the_server_get_the_budget_in_their_own_terms() -> None:
     are None where there is no limit; an item left unset has its default in both."""
     budget = Budget(wall_clock=1.5, max_calls=3, max_memory=1 << 30, max_call_deadline=2.0)
     assert budget.start_budget() == StartBudget(
-        wall_clock=1_500_000_000, max_calls=3, max_bytes=0, max_memory=1 << 30
+        wall_clock=1_500_000_000, max_calls=3, max_bytes=0, max_memory=1 << 30, max_inflight=64
     )
     assert budget.call_limits() == CallLimits(
         max_calls=3, max_bytes=None, max_inflight=64, max_call_deadline=2.0
     )
-    assert Budget().start_budget() == StartBudget(wall_clock=30 * 10**9)
-    assert Budget(wall_clock=None).start_budget() == StartBudget()
+    assert Budget().start_budget() == StartBudget(wall_clock=30 * 10**9, max_inflight=64)
+    assert Budget(wall_clock=None).start_budget() == StartBudget(max_inflight=64)
+    assert Budget(max_inflight=2).start_budget().max_inflight == 2
     assert Budget(max_inflight=2).call_limits() == CallLimits(max_inflight=2)
 
 
