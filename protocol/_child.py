@@ -179,7 +179,7 @@ class Client:
 
     @property
     def max_inflight(self) -> int:
-        """The most calls this client has sent and unanswered at once."""
+        """The cap this client keeps to: the most calls it has sent and unanswered at once."""
         return self._max_inflight
 
     @property
