@@ -11,6 +11,7 @@ import os
 import select
 import threading
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import TypeVar
@@ -19,6 +20,8 @@ import anyio
 import anyio.lowlevel
 import anyio.to_thread
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from protocol import (
     DEFAULT_MAX_INFLIGHT,
@@ -400,3 +403,99 @@ def test_calls_queued_as_the_client_closes_fail_canceled() -> None:
         for fd in (down[1], up[0]):
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+
+# -- against a model ----------------------------------------------------------------------
+
+OPS = st.lists(
+    st.tuples(st.sampled_from(["call", "answer", "cancel"]), st.integers(0, 63)), max_size=40
+)
+
+
+@given(ops=OPS, cap=st.integers(1, 4))
+def test_the_queue_keeps_to_a_model(ops: list[tuple[str, int]], cap: int) -> None:
+    """Any sequence of calls, answers (in any order) and cancellations: the parent sees
+    exactly the calls a FIFO queue under the cap would send, in that order, never more
+    than the cap unanswered, never a call cancelled before it was sent; every call not
+    cancelled gets its own answer."""
+    asyncio.run(_against_the_model(ops, cap))
+
+
+async def _against_the_model(ops: list[tuple[str, int]], cap: int) -> None:
+    down, up = os.pipe(), os.pipe()
+    os.set_blocking(up[0], False)
+    client = Client(down[0], up[1], max_inflight=cap)
+    decoder = FrameDecoder()
+    tasks: dict[str, asyncio.Future[str]] = {}
+    seen: list[str] = []  # what the parent received, in order
+    ids: dict[str, str] = {}  # a call's label -> its request id
+    unanswered: list[str] = []  # received and not answered yet
+    # The model: a FIFO queue of labels, the number it counts in flight, what it sends.
+    queue: deque[str] = deque()
+    inflight = 0
+    expected: list[str] = []
+    cancelled_queued: set[str] = set()
+
+    def promote() -> None:
+        nonlocal inflight
+        while inflight < cap and queue:
+            inflight += 1
+            expected.append(queue.popleft())
+
+    async def settle() -> None:
+        for _ in range(5):
+            await asyncio.sleep(0)
+        with contextlib.suppress(BlockingIOError):
+            while data := os.read(up[0], 1 << 16):
+                decoder.receive_data(data)
+        while isinstance(frame := decoder.next_frame(), bytes):
+            request = decode(REQUEST_DECODER, frame)
+            seen.append(request.args)
+            ids[request.args] = request.id
+            unanswered.append(request.args)
+
+    def answer(index: int) -> None:
+        nonlocal inflight
+        label = unanswered.pop(index % len(unanswered))
+        response = Response(v=VERSION, id=ids[label], ok=True, value=label)
+        os.write(down[1], frame_message(response))
+        inflight -= 1
+        promote()
+
+    try:
+        for op, n in ops:
+            if op == "call":
+                label = f"c{len(tasks)}"
+                tasks[label] = asyncio.ensure_future(client.acall("t", label))
+                queue.append(label)
+                promote()
+            elif op == "answer" and unanswered:
+                answer(n)
+            elif op == "cancel":
+                waiting = [label for label, task in tasks.items() if not task.done()]
+                if waiting:
+                    label = waiting[n % len(waiting)]
+                    tasks[label].cancel()
+                    if label in queue:  # never sent; a sent call's answer still comes
+                        queue.remove(label)
+                        cancelled_queued.add(label)
+            await settle()
+            assert seen == expected
+            assert len(unanswered) <= cap
+        while unanswered:
+            answer(0)
+            await settle()
+            assert seen == expected
+        assert not queue
+        assert not cancelled_queued & set(seen)
+        for label, task in tasks.items():
+            assert task.done()
+            if not task.cancelled():
+                assert task.result() == label
+        assert client.calls_made == len(seen)
+    finally:
+        client.close()
+        for task in tasks.values():
+            task.cancel()
+        for fd in (down[1], up[0]):
+            os.close(fd)
