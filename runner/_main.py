@@ -50,10 +50,12 @@ What the runner does, in order:
 6. Exits at once with ``os._exit``: neither the program's ``atexit`` handlers nor threads it
    left running can hold the process after its Result is out.
 
-The budget in ``Start.budget`` (wall clock, calls, bytes, memory) is enforced by the parent,
-not here: the parent is the only authority (invariant 3). Its Server counts the calls and
-bytes, its clock ends the run, and its rlimits or cgroups bound memory. The runner reads the
-budget only to pass it to the backend, for information.
+The budget in ``Start.budget`` (wall clock, calls, bytes, memory, in-flight cap) is enforced
+by the parent, not here: the parent is the only authority (invariant 3). Its Server counts
+the calls and bytes and refuses calls past the in-flight cap, its clock ends the run, and its
+rlimits or cgroups bound memory. The runner reads the budget to pass it to the backend, for
+information, and to give the in-flight cap to its Client, which holds calls past it back
+rather than have the parent refuse them (for the program's sake, not the parent's).
 
 Exit status:
 
