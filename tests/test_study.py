@@ -23,12 +23,17 @@ CELLS = [
     "confined/zygote",
     "confined/pool",
 ]
+#: Issue 15's targets, and the study's own check that no run failed.
 TARGET_IDS = {
-    "confined_trivial_p50_ms",
-    "confined_trivial_p50_vs_bare_spawn",
-    "confined_sustained_runs_per_s",
-    "idle_process_child_uss_mb",
+    "confined_pool_trivial_p50_ms",
+    "confined_pool_await_p50_ms",
+    "confined_zygote_trivial_p50_ms",
+    "process_pool_trivial_p50_ms",
+    "in_process_trivial_p50_ms",
+    "confined_runs_per_s",
+    "confined_cpu_per_run_ms",
     "idle_confined_child_uss_mb",
+    "confined_1mib_value_vs_raw_pipe",
     "failed_runs",
 }
 
@@ -46,7 +51,15 @@ def _check_stats(stats: dict[str, Any]) -> None:
 
 def _check_latency(doc: dict[str, Any]) -> None:
     lat, p = doc["latency"], doc["parameters"]
-    assert set(lat["cells"]) == {study.BARE, *CELLS}
+    assert set(lat["cells"]) == {
+        study.BARE,
+        study.RAW_PIPE,
+        *CELLS,
+        "await@confined/pool",
+        "value@in_process",
+        "value@process/pool",
+        "value@confined/pool",
+    }
     for key, cell in lat["cells"].items():
         n = sum(len(r) for r in cell["samples_ms"])
         assert n + _failed(doc, "latency", key) == p["latency_rounds"] * p["latency_per_round"]
@@ -54,8 +67,19 @@ def _check_latency(doc: dict[str, Any]) -> None:
         if n:
             _check_stats(cell["stats"])
             assert cell["stats"]["n"] == n
-        if key != study.BARE and n:
+        if key not in (study.BARE, study.RAW_PIPE) and n:
             assert cell["ratio_to_bare_spawn"]["p50"] > 0
+    value = lat["value_1mib"]["cells"]
+    assert list(value) == ["in_process", "process/pool", "confined/pool"]
+    for key, entry in value.items():
+        if entry["ratio"] is None:  # (a cell without samples: listed under failures)
+            continue
+        assert entry["value_p50_ms"] == lat["cells"][f"value@{key}"]["stats"]["p50"]
+        assert entry["trivial_p50_ms"] == lat["cells"][key]["stats"]["p50"]
+        assert entry["raw_pipe_p50_ms"] == lat["cells"][study.RAW_PIPE]["stats"]["p50"]
+        assert entry["ratio"] == pytest.approx(
+            (entry["value_p50_ms"] - entry["trivial_p50_ms"]) / entry["raw_pipe_p50_ms"]
+        )
 
 
 def _check_sustained(doc: dict[str, Any]) -> None:
@@ -67,6 +91,23 @@ def _check_sustained(doc: dict[str, Any]) -> None:
         _check_stats(cell["latency_under_load"])
         assert cell["failed"] == _failed(doc, "sustained", key), key
         assert cell["concurrency"] == sus["concurrency"] >= 1
+        cpu = cell["cpu"]
+        assert cpu["runs"] == cell["runs"] + cell["failed"], key
+        parts = cpu["per_run_ms"]
+        assert parts["host"] > 0, key  # (every cell's runs cost this process something)
+        assert cpu["total_per_run_ms"] == pytest.approx(sum(parts.values())), key
+        assert cpu["counted"]
+        assert cpu["not_counted"]
+        if key == study.BARE:
+            assert parts["spawned"] > 0  # the interpreters, reaped by this process
+        elif key != "in_process":
+            assert parts["runs_processes"] > 0, key
+            assert cpu["ratio_to_bare_spawn"] > 0, key
+            assert {"keeper", "zygote"} <= set(cpu["standing_processes"]), key
+            if doc["environment"]["cgroups_usable"]:
+                # The runs' own CPU, inside their cgroups, is part of what was reaped.
+                inside = cpu["runs_cgroup_per_run_ms"]
+                assert 0 < inside <= parts["runs_processes"] + 1e-9, key
 
 
 def _check_calls(doc: dict[str, Any]) -> None:
@@ -132,7 +173,19 @@ def test_smoke_run_measures_every_cell(tmp_path: Path) -> None:
     assert set(targets) == TARGET_IDS
     for t in targets.values():
         assert t["verdict"] in ("PASS", "MISS")
+        assert isinstance(t["goal_met"], bool)
         assert t["comparison"] in ("<=", ">=")
+        assert t["baseline"]
+        assert t["detail"]
+    for spec in study.TARGETS:
+        t = targets[spec.id]
+        assert (t["floor"], t["goal"], t["comparison"]) == (spec.floor, spec.goal, spec.comparison)
+        if not doc["failures"]:
+            assert t["measured"] is not None, spec.id  # every figure of the table is measured
+    cpu = doc["sustained"]["cells"]["confined/pool"]["cpu"]
+    assert targets["confined_cpu_per_run_ms"]["measured"] == cpu["total_per_run_ms"]
+    value = doc["latency"]["value_1mib"]["cells"]["confined/pool"]
+    assert targets["confined_1mib_value_vs_raw_pipe"]["measured"] == value["ratio"]
     # A failed run is the sandbox's to fix, not the study's: the study must count and list
     # it, and flag it, which is what is checked here.
     for failure in doc["failures"]:
@@ -147,6 +200,7 @@ def test_smoke_run_measures_every_cell(tmp_path: Path) -> None:
     assert all((tmp_path / p).stat().st_size > 1000 for p in pngs)
     page = (tmp_path / "RESULTS.md").read_text(encoding="utf-8")
     assert "## Targets" in page
+    assert "| figure | measured | floor | goal | verdict (floor) | goal met |" in page
     for png in pngs:
         assert f"]({png})" in page
 
@@ -165,7 +219,8 @@ def _memory_summary(uss: float) -> dict[str, Any]:
 
 
 def _hand_written() -> dict[str, Any]:
-    """A small study document: two cells and a baseline, one target met and one missed."""
+    """A small study document of an earlier study (schema 1, one threshold per target):
+    two cells and a baseline, one target met and one missed."""
     return {
         "study": "isolation-overhead",
         "schema": 1,
@@ -249,86 +304,183 @@ def _hand_written() -> dict[str, Any]:
     }
 
 
+def _mark(
+    host: float, display: float | None, standing: dict[int, tuple[str, float, float]]
+) -> study.CpuMark:
+    """A CPU mark: this process's CPU, its display thread's, and the standing processes
+    as {pid: (role, own, reaped)}."""
+    return study.CpuMark(
+        host=host,
+        spawned=0.0,
+        display=display,
+        standing={
+            (pid, 1.0): {"role": role, "own": own, "reaped": reaped}
+            for pid, (role, own, reaped) in standing.items()
+        },
+    )
+
+
+#: A window of 100 runs: this process +0.5 s of which its display +0.1 s, the zygote +0.2
+#: s and its reaped children +0.9 s, the keeper nothing; an idle child before (taken by a
+#: run) and another after (made in the window), neither standing.
+_BEFORE = _mark(
+    10.0, 1.0, {1: ("keeper", 1.0, 0.0), 2: ("zygote", 5.0, 100.0), 9: ("other", 0.5, 0)}
+)
+_AFTER = _mark(10.5, 1.1, {1: ("keeper", 1.0, 0.0), 2: ("zygote", 5.2, 100.9), 10: ("other", 0, 0)})
+
+
+def _hand_written_now() -> dict[str, Any]:
+    """:func:`_hand_written` as the study writes it now: the awaiting program, the raw
+    pipe and the 1 MiB value in the latency rounds, the CPU per run, and issue 15's
+    targets evaluated on it."""
+    doc = _hand_written()
+    doc["schema"] = 2
+    lat = doc["latency"]
+    lat["raw_pipe_label"] = study.RAW_PIPE_LABEL
+    lat["cells"].update(
+        {
+            "in_process": {"stats": _stats(0.04), "ratio_to_bare_spawn": {"p50": 0.005}},
+            "await@confined/pool": {"stats": _stats(20.0), "ratio_to_bare_spawn": {"p50": 2.5}},
+            study.RAW_PIPE: {"stats": _stats(0.5)},
+            "value@confined/pool": {"stats": _stats(40.0), "ratio_to_bare_spawn": {"p50": 5.0}},
+        }
+    )
+    lat["value_1mib"] = study.analyse_value(lat["cells"])
+    for key in ("bare_spawn", "confined/pool"):
+        doc["sustained"]["cells"][key]["cpu"] = study.cpu_per_run(_BEFORE, _AFTER, 100, 0.6, 0)
+    doc["targets"] = study.evaluate_targets(doc)
+    return doc
+
+
+def _row(lines: list[str], start: str) -> str:
+    (line,) = [ln for ln in lines if ln.startswith(start)]
+    return line
+
+
 @pytest.mark.slow
-def test_render_from_json_alone(tmp_path: Path) -> None:
-    """``--render`` of a hand-written JSON writes RESULTS.md with every table, the missed
-    target marked MISS and the met one PASS, and the plots it links to."""
+def test_render_from_json_alone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--render`` of a hand-written JSON writes RESULTS.md with every table, issue 15's
+    targets with their floor, goal, verdict (against the floor) and whether the goal is
+    met, the new figures' tables, and the plots it links to."""
+    json_path = tmp_path / "study-2030-01-02.json"
+    json_path.write_text(json.dumps(_hand_written_now()), encoding="utf-8")
+    out = tmp_path / "out"
+
+    study.main(["--render", str(json_path), "--out", str(out)])
+
+    assert "predates" not in capsys.readouterr().err
+    page = (out / "RESULTS.md").read_text(encoding="utf-8")
+    lines = page.splitlines()
+    assert "| figure | measured | floor | goal | verdict (floor) | goal met |" in page
+    missed = _row(lines, "| trivial run, confined, from the pool, p50 |")
+    assert missed.startswith(
+        "| trivial run, confined, from the pool, p50 | 12.5 ms | <= 1 ms | <= 0.3 ms | "
+        "**MISS** | no | bare spawn p50 8 ms: 1.56x |"
+    )
+    met = _row(lines, "| `in_process` trivial run, p50 |")
+    assert met.startswith("| `in_process` trivial run, p50 | 0.04 ms | <= 0.15 ms | <= 0.05 ms | ")
+    assert "| **PASS** | **yes** |" in met
+    floor_only = _row(lines, "| idle confined child, USS")
+    assert "| 3.1 MB | <= 4 MB | <= 2 MB | **PASS** | no |" in floor_only
+    value = _row(lines, "| a run whose value is a 1 MiB string")
+    assert "| 55x | <= 3x | <= 1.25x | **MISS** | no | raw pipe moving 1 MiB, p50 0.5 ms |" in value
+    not_measured = _row(lines, "| trivial run, confined, forked on demand (zygote), p50 |")
+    assert "| n/a ms | <= 3 ms | <= 1.5 ms | **MISS** | no |" in not_measured
+    cpu = _row(lines, "| CPU time per confined run")
+    assert "| 15 ms | <= 2.5 ms | <= 1.5 ms | **MISS** | no |" in cpu
+    assert "this process 4 + the runs' processes 9 (inside their cgroups up to the kill: 6)" in cpu
+    for header in (
+        "## Targets",
+        "| cell | n | p50 | p90 | p99 |",
+        "| cell | runs | failed | runs/s |",
+        "| cell | runs | this process | the runs' processes | of which inside their cgroups |",
+        "| cell | value's run p50 ms | trivial run p50 ms | difference ms | raw pipe p50 ms |",
+        "| cell | sequential µs |",
+        "| what | n | processes each | USS mean |",
+        "- **A program that awaits one host call**: `await host.echo(1)`",
+        "- **A 1 MiB value**: `'x' * (1 << 20)`",
+        "- **CPU per run**, in every sustained cell: over the window",
+        "## Machine and versions",
+    ):
+        assert header in page, header
+    assert any(ln.startswith("| confined / pool | 3 | 12.5 |") for ln in lines)
+    assert any(ln.startswith("| confined / pool, awaits a call | 3 | 20 |") for ln in lines)
+    assert any(ln.startswith("| raw pipe, 1 MiB (baseline): 1 MiB through") for ln in lines)
+    assert "| confined / pool | 40 | 12.5 | 27.5 | 0.5 | 55x |" in page
+    assert "| confined / pool | 100 | 4 | 9 | 6 | 2 | 0 | 0 | 0 | **15** |" in page
+    assert "0123456789ab" in page
+    pngs = sorted(p.name for p in out.glob("*.png"))
+    assert pngs == [f"study-2030-01-02-{name}.png" for name in sorted(study.SECTIONS)]
+    for png in pngs:
+        assert f"]({png})" in page
+    assert "Peers" not in page  # a document without the peers section
+
+
+@pytest.mark.slow
+def test_render_of_an_earlier_study(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A JSON of an earlier study (one threshold per target, none of issue 15's figures)
+    still renders, its targets table as it was measured against, and ``--render`` says
+    that it predates the floors and goals."""
     json_path = tmp_path / "study-2030-01-02.json"
     json_path.write_text(json.dumps(_hand_written()), encoding="utf-8")
     out = tmp_path / "out"
 
     study.main(["--render", str(json_path), "--out", str(out)])
 
+    assert "study-2030-01-02.json predates issue 15's targets" in capsys.readouterr().err
     page = (out / "RESULTS.md").read_text(encoding="utf-8")
     lines = page.splitlines()
-    (missed,) = [ln for ln in lines if ln.startswith("| confined p50 through the pool |")]
-    assert "**MISS**" in missed
-    assert "12.5 ms" in missed
-    (met,) = [ln for ln in lines if ln.startswith("| USS per idle warm confined child |")]
-    assert "**PASS**" in met
-    for header in (
-        "## Targets",
-        "| cell | n | p50 | p90 | p99 |",
-        "| cell | runs | failed | runs/s |",
-        "| cell | sequential µs |",
-        "| what | n | processes each | USS mean |",
-        "## Machine and versions",
-    ):
-        assert header in page, header
+    assert "| target | measured | threshold | verdict | detail |" in page
+    missed = _row(lines, "| confined p50 through the pool |")
+    assert "| 12.5 ms | <= 3 ms | **MISS** |" in missed
+    assert "**PASS**" in _row(lines, "| USS per idle warm confined child |")
+    assert "## 1. Trivial-run latency" in page
+    assert "CPU per run" not in page
     assert any(ln.startswith("| confined / pool | 3 | 12.5 |") for ln in lines)
-    assert "0123456789ab" in page
-    pngs = sorted(p.name for p in out.glob("*.png"))
-    assert pngs == [f"study-2030-01-02-{name}.png" for name in sorted(study.SECTIONS)]
-    for png in pngs:
-        assert f"]({png})" in page
-    assert "Peers" not in page  # a document without the peers section (older results)
+    assert len(list(out.glob("*.png"))) == len(study.SECTIONS)
 
 
-# -- each target's verdict, on each side of its threshold ----------------------------------
+# -- each target's verdict, on each side of its floor and its goal -------------------------
 
 #: What a measurement the verdicts are tested with is, on the target's losing side, for the
-#: spawn mode that is not the best: the verdict must come from the best of the two.
+#: spawn modes that are not the best: the throughput verdict must come from the best one.
 _WORSE = 1000.0
-
-
-#: The numbers of :func:`_measured`'s document, each on the winning side of its target.
-_MET = {
-    "p50_ms": 1.0,
-    "bare_ms": 1000.0,
-    "runs_per_s": 1000.0,
-    "process_uss_mb": 1.0,
-    "confined_uss_mb": 1.0,
-}
+TARGETS = {t.id: t for t in study.TARGETS}
 
 
 def _measured(numbers: dict[str, float] | None = None, *, failures: int = 0) -> dict[str, Any]:
-    """A study document holding only what :func:`study.evaluate_targets` reads: the
-    numbers of :data:`_MET` but those given; the zygote's latency and throughput far on
-    the losing side, so that only the pool's can pass."""
-    n = {**_MET, **(numbers or {})}
-    assert set(n) == set(_MET), numbers
-
-    def idle(uss: float) -> dict[str, Any]:
-        return {"summary": {"n": 2, "uss_mb": {"mean": uss / 2, "max": uss, "min": uss / 4}}}
-
+    """A study document holding only what :func:`study.evaluate_targets` reads: each
+    target's figure at its goal (every verdict PASS, every goal met) but those given; the
+    confined cold and zygote throughputs far on the losing side, so that only the pool's
+    can pass."""
+    n = {tid: t.goal for tid, t in TARGETS.items()}
+    n.update(numbers or {})
+    assert set(n) == set(TARGETS), numbers
+    lat = {study.BARE: {"stats": _stats(1000.0)}, "confined/cold": {"stats": _stats(_WORSE)}}
+    for key, tid in study.LATENCY_TARGETS.items():
+        lat[key] = {"stats": _stats(n[tid])}
+    uss = n["idle_confined_child_uss_mb"]
     return {
         "latency": {
-            "cells": {
-                study.BARE: {"stats": _stats(n["bare_ms"])},
-                "confined/pool": {"stats": _stats(n["p50_ms"])},
-                "confined/zygote": {"stats": _stats(_WORSE)},
-            }
+            "cells": lat,
+            "value_1mib": {
+                "cells": {"confined/pool": {"ratio": n["confined_1mib_value_vs_raw_pipe"]}}
+            },
         },
         "sustained": {
             "concurrency": 4,
             "cells": {
                 "confined/cold": {"runs_per_s": 1.0 / _WORSE, "failed": 0},
                 "confined/zygote": {"runs_per_s": 1.0 / _WORSE, "failed": 0},
-                "confined/pool": {"runs_per_s": n["runs_per_s"], "failed": 0},
+                "confined/pool": {
+                    "runs_per_s": n["confined_runs_per_s"],
+                    "failed": 0,
+                    "cpu": {"runs": 10, "total_per_run_ms": n["confined_cpu_per_run_ms"]},
+                },
             },
         },
         "memory": {
-            "idle": {"process": idle(n["process_uss_mb"]), "confined": idle(n["confined_uss_mb"])}
+            "idle": {"confined": {"summary": {"n": 2, "uss_mb": {"mean": uss / 2, "max": uss}}}}
         },
         "failures": [
             {"phase": "latency", "cell": "confined/pool", "sample": i, "error": "x"}
@@ -337,74 +489,174 @@ def _measured(numbers: dict[str, float] | None = None, *, failures: int = 0) -> 
     }
 
 
-def _verdicts(doc: dict[str, Any]) -> dict[str, str]:
-    return {t["id"]: t["verdict"] for t in study.evaluate_targets(doc)}
+def _outcomes(doc: dict[str, Any]) -> dict[str, tuple[str, bool]]:
+    return {t["id"]: (t["verdict"], t["goal_met"]) for t in study.evaluate_targets(doc)}
 
 
-def test_every_target_passes_when_every_number_meets_it() -> None:
-    """The reference document of the tests below: every target PASS."""
-    assert _verdicts(_measured()) == dict.fromkeys(TARGET_IDS, "PASS")
+def test_every_target_passes_when_every_figure_is_at_its_goal() -> None:
+    """The reference document of the tests below: every verdict PASS, every goal met."""
+    assert _outcomes(_measured()) == dict.fromkeys(TARGET_IDS, ("PASS", True))
 
 
-#: (target, the document's argument it reads, the threshold, whether lower is better).
-THRESHOLDS = [
-    ("confined_trivial_p50_ms", "p50_ms", study.LATENCY_TARGET_MS, True),
-    ("confined_sustained_runs_per_s", "runs_per_s", study.SUSTAINED_TARGET, False),
-    ("idle_process_child_uss_mb", "process_uss_mb", study.IDLE_USS_TARGET_MB, True),
-    ("idle_confined_child_uss_mb", "confined_uss_mb", study.IDLE_USS_TARGET_MB, True),
+def test_the_targets_are_issue_15s_table() -> None:
+    """Issue 15's figures, floors and goals, in its order."""
+    assert [(t.id, t.comparison, t.floor, t.goal, t.unit) for t in study.TARGETS] == [
+        ("confined_pool_trivial_p50_ms", "<=", 1.0, 0.3, "ms"),
+        ("confined_pool_await_p50_ms", "<=", 1.5, 0.5, "ms"),
+        ("confined_zygote_trivial_p50_ms", "<=", 3.0, 1.5, "ms"),
+        ("process_pool_trivial_p50_ms", "<=", 0.8, 0.25, "ms"),
+        ("in_process_trivial_p50_ms", "<=", 0.15, 0.05, "ms"),
+        ("confined_runs_per_s", ">=", 400.0, 600.0, "runs/s"),
+        ("confined_cpu_per_run_ms", "<=", 2.5, 1.5, "ms"),
+        ("idle_confined_child_uss_mb", "<=", 4.0, 2.0, "MB"),
+        ("confined_1mib_value_vs_raw_pipe", "<=", 3.0, 1.25, "x"),
+    ]
+
+
+def _beyond(t: study.Target, value: float) -> float:
+    """``value`` moved 1 % to the better side of the target."""
+    return value * (0.99 if t.comparison == "<=" else 1.01)
+
+
+def _short(t: study.Target, value: float) -> float:
+    """``value`` moved 1 % to the worse side of the target."""
+    return value * (1.01 if t.comparison == "<=" else 0.99)
+
+
+#: (where the figure is, the figure, the verdict, whether the goal is met).
+POSITIONS = [
+    ("beyond the goal", lambda t: _beyond(t, t.goal), "PASS", True),
+    ("at the goal", lambda t: t.goal, "PASS", True),
+    ("short of the goal", lambda t: _short(t, t.goal), "PASS", False),
+    ("between", lambda t: (t.floor + t.goal) / 2, "PASS", False),
+    ("at the floor", lambda t: t.floor, "PASS", False),
+    ("short of the floor", lambda t: _short(t, t.floor), "MISS", False),
 ]
 
 
-@pytest.mark.parametrize(("target", "argument", "threshold", "lower_is_better"), THRESHOLDS)
+@pytest.mark.parametrize("target", list(TARGETS))
 @pytest.mark.parametrize(
-    ("factor", "side"),
-    [(0.99, "below"), (1.0, "at"), (1.01, "above")],
-    ids=["below", "at", "above"],
+    ("figure", "verdict", "goal_met"),
+    [pos[1:] for pos in POSITIONS],
+    ids=[pos[0] for pos in POSITIONS],
 )
-def test_a_target_is_met_on_its_side_of_the_threshold_only(
-    target: str, argument: str, threshold: float, lower_is_better: bool, factor: float, side: str
+def test_a_verdict_is_against_the_floor_and_the_goal_said_beside_it(
+    target: str, figure: Any, verdict: str, goal_met: bool
 ) -> None:
-    """A measurement just below, at, and just above its threshold: PASS on the target's
-    side and at the threshold itself, MISS on the other side; the other targets keep
-    their verdicts."""
-    verdicts = _verdicts(_measured({argument: threshold * factor}))
-    met = side == "at" or (side == "below") == lower_is_better
-    assert verdicts.pop(target) == ("PASS" if met else "MISS")
-    assert set(verdicts.values()) == {"PASS"}
+    """A figure on each side of its goal and of its floor: PASS down to the floor itself,
+    MISS past it; the goal met down to the goal itself; the other targets unchanged."""
+    spec = TARGETS[target]
+    got = {t["id"]: t for t in study.evaluate_targets(_measured({target: figure(spec)}))}
+    mine = got.pop(target)
+    assert (mine["verdict"], mine["goal_met"]) == (verdict, goal_met)
+    assert mine["measured"] == pytest.approx(figure(spec))
+    assert (mine["floor"], mine["goal"]) == (spec.floor, spec.goal)
+    assert {(t["verdict"], t["goal_met"]) for t in got.values()} == {("PASS", True)}
 
 
-@pytest.mark.parametrize(
-    ("bare_ms", "verdict"),
-    [(10.5, "PASS"), (10.0, "PASS"), (9.5, "MISS")],
-    ids=["below", "at", "above"],
-)
-def test_the_latency_ratio_is_met_at_or_below_its_threshold(bare_ms: float, verdict: str) -> None:
-    """The best confined p50 over the bare spawn's p50 is met at or below 0.35x only:
-    3.5 ms against a bare spawn of 10.5 ms (0.333x), 10 ms (0.35x) and 9.5 ms (0.368x)."""
-    assert study.LATENCY_TARGET_RATIO == 0.35  # (the cases above are worked out for it)
-    verdicts = _verdicts(_measured({"p50_ms": 3.5, "bare_ms": bare_ms}))
-    assert verdicts.pop("confined_trivial_p50_vs_bare_spawn") == verdict
-    assert verdicts.pop("confined_trivial_p50_ms") == "MISS"  # (3.5 ms > 3 ms)
-    assert set(verdicts.values()) == {"PASS"}
+def test_the_throughput_target_takes_the_best_confined_spawn_mode() -> None:
+    """The zygote's runs/s above the floor and the pool's below: PASS, from the zygote."""
+    doc = _measured()
+    cells = doc["sustained"]["cells"]
+    cells["confined/zygote"]["runs_per_s"] = 500.0
+    cells["confined/pool"]["runs_per_s"] = 1.0
+    (t,) = [t for t in study.evaluate_targets(doc) if t["id"] == "confined_runs_per_s"]
+    assert (t["verdict"], t["goal_met"], t["measured"]) == ("PASS", False, 500.0)
+    assert t["detail"].startswith("best: confined/zygote")
 
 
 @pytest.mark.parametrize(("failures", "verdict"), [(0, "PASS"), (1, "MISS")])
 def test_no_failed_run_is_met_by_none_only(failures: int, verdict: str) -> None:
     """The "no failed run" target: PASS with none, MISS with one."""
-    verdicts = _verdicts(_measured(failures=failures))
-    assert verdicts.pop("failed_runs") == verdict
-    assert set(verdicts.values()) == {"PASS"}
+    outcomes = _outcomes(_measured(failures=failures))
+    assert outcomes.pop("failed_runs") == (verdict, verdict == "PASS")
+    assert set(outcomes.values()) == {("PASS", True)}
 
 
 def test_a_target_not_measured_is_missed() -> None:
-    """A number the run could not measure (no cell, no children) is a MISS, not a PASS."""
+    """A figure the run could not measure (no cell, no children, no CPU) is a MISS with
+    its goal not met, not a PASS."""
     doc = _measured()
-    del doc["latency"]["cells"]["confined/pool"], doc["latency"]["cells"]["confined/zygote"]
+    doc["latency"]["cells"] = {study.BARE: doc["latency"]["cells"][study.BARE]}
+    doc["latency"]["value_1mib"]["cells"] = {}
     doc["sustained"]["cells"] = {}
     doc["memory"]["idle"] = {}
-    verdicts = _verdicts(doc)
-    assert verdicts.pop("failed_runs") == "PASS"
-    assert set(verdicts.values()) == {"MISS"}
+    got = {t["id"]: t for t in study.evaluate_targets(doc)}
+    assert got.pop("failed_runs")["verdict"] == "PASS"
+    assert {(t["verdict"], t["goal_met"], t["measured"]) for t in got.values()} == {
+        ("MISS", False, None)
+    }
+
+
+# -- the figures behind the new targets -----------------------------------------------------
+
+
+def test_the_1mib_value_is_set_against_the_raw_pipe_per_round_too() -> None:
+    """(value's run - trivial run) / raw pipe, by p50 over all samples and per round; a
+    cell without samples has no ratio."""
+    rounds: dict[str, list[list[float]]] = {
+        study.BARE: [[0.010], [0.010], [0.010]],
+        study.RAW_PIPE: [[0.001], [0.002], [0.003]],
+        "confined/pool": [[0.004], [0.004], [0.004]],
+        "value@confined/pool": [[0.007], [0.010], [0.013]],
+        "in_process": [[0.001], [0.001], [0.001]],
+        "value@in_process": [[], [], []],
+    }
+    out = study.analyse_latency(rounds)
+    value = out["value_1mib"]["cells"]
+    pool = value["confined/pool"]
+    assert pool["value_p50_ms"] == pytest.approx(10.0)
+    assert pool["trivial_p50_ms"] == pytest.approx(4.0)
+    assert pool["extra_ms"] == pytest.approx(6.0)
+    assert pool["raw_pipe_p50_ms"] == pytest.approx(2.0)
+    assert pool["ratio"] == pytest.approx(3.0)
+    assert pool["per_round"] == pytest.approx([3.0, 3.0, 3.0])
+    assert value["in_process"]["ratio"] is None
+    assert value["process/pool"]["ratio"] is None  # (not in these rounds at all)
+    assert "ratio_to_bare_spawn" not in out["cells"][study.RAW_PIPE]  # a baseline
+    assert out["cells"]["value@confined/pool"]["workload"] == "value"
+
+
+def test_cpu_per_run_counts_each_part_once() -> None:
+    """The window's CPU by part, per run: this process's without its display thread; the
+    standing processes' own; the runs' processes as reaped, their cgroups' share apart
+    (not added again); processes at one end only (idle children) left out."""
+    cpu = study.cpu_per_run(_BEFORE, _AFTER, 100, 0.6, 0)
+    part = cpu["per_run_ms"]
+    assert part["host"] == pytest.approx(4.0)  # (0.5 - 0.1) s / 100 runs
+    assert part["zygote"] == pytest.approx(2.0)
+    assert part["keeper"] == 0.0
+    assert part["other_standing"] == 0.0
+    assert part["runs_processes"] == pytest.approx(9.0)
+    assert cpu["runs_cgroup_per_run_ms"] == pytest.approx(6.0)
+    assert cpu["runs_outside_cgroup_per_run_ms"] == pytest.approx(3.0)
+    assert cpu["total_per_run_ms"] == pytest.approx(15.0)
+    assert cpu["display_ms_not_counted"] == pytest.approx(100.0)
+    assert cpu["standing_processes"] == ["keeper", "zygote"]
+    assert cpu["runs_source"] == "reaped"
+
+
+def test_cpu_per_run_takes_the_cgroups_when_the_reaping_was_not_seen() -> None:
+    """Runs' processes reaped by no process measured here (the cgroups' sum above what was
+    reaped): their cgroups' CPU stands for them, and that is said; no runs, no figure."""
+    cpu = study.cpu_per_run(_BEFORE, _AFTER, 100, 1.5, 0)
+    assert cpu["runs_source"] == "cgroups"
+    assert cpu["per_run_ms"]["runs_processes"] == pytest.approx(15.0)
+    assert cpu["runs_outside_cgroup_per_run_ms"] is None
+    assert cpu["total_per_run_ms"] == pytest.approx(21.0)
+    assert study.cpu_per_run(_BEFORE, _AFTER, 0, 0.0, 0)["total_per_run_ms"] is None
+
+
+def test_the_raw_pipe_moves_1mib_from_a_second_process() -> None:
+    """Each sample moves the whole 1 MiB (a short one would hang, then time out); closing
+    ends and reaps the writer."""
+    pipe = study.RawPipe()
+    try:
+        samples = [pipe.sample(30.0) for _ in range(3)]
+    finally:
+        pipe.close()
+    assert all(0 < x < 30.0 for x in samples)
+    assert pipe._proc.returncode == 0
 
 
 # -- the peers section (``--peers``): its targets, and its page from JSON alone -----------
