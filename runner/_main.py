@@ -43,7 +43,10 @@ What the runner does, in order:
    deals with those.
 3. Loads the backend, then waits for the Start (``--start-timeout``, 60 s by default).
 4. Runs the program, flushes ``sys.stdout`` and ``sys.stderr``, and sends exactly one
-   Result, whose ``calls`` and ``bytes`` are the call channel's own counts.
+   Result, whose ``calls`` and ``bytes`` are the call channel's own counts. The program's
+   ``sys.stdout`` and ``sys.stderr`` write through to their pipes (:func:`_write_through`):
+   a run can end by SIGKILL at any instruction (its wall clock, its CPU or memory limit, the
+   program's own ``os.kill``), and nothing the program wrote may be left in a buffer then.
 5. Waits, at most ``_LINGER_SECONDS``, for the parent to close the start channel: while the
    runner lives, every process the program left behind stays in its tree (it is their
    subreaper), where the parent finds and kills them before it closes the channel.
@@ -73,6 +76,7 @@ never prints a traceback for a protocol reason.
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 from collections.abc import Sequence
@@ -93,6 +97,8 @@ from protocol import (
 from ._backends import DEFAULT_BACKEND, Outcome, get_backend
 
 if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
+
     from protocol import Start
 
     from ._backends import Backend
@@ -363,6 +369,51 @@ def _flush_stdio() -> None:
             pass
 
 
+class _Unbuffered(io.FileIO):
+    """The raw layer under the program's ``sys.stdout`` or ``sys.stderr``: each write is
+    in the pipe, whole, before it returns (a short write, after a signal, is resumed)."""
+
+    def write(self, b: ReadableBuffer, /) -> int:
+        fd = self.fileno()  # ValueError once closed, as FileIO's own write
+        written = os.write(fd, b)
+        with memoryview(b) as view:
+            size = view.nbytes
+            if written < size:
+                with view.cast("B") as flat:
+                    while written < size:
+                        written += os.write(fd, flat[written:])
+        return size
+
+
+def _write_through() -> None:
+    """Make the program's ``sys.stdout`` and ``sys.stderr`` (and ``sys.__stdout__``,
+    ``sys.__stderr__``) write through to descriptors 1 and 2, as ``python -u`` does.
+
+    The interpreter's own streams keep what is printed in a buffer of the process (stdout
+    block-buffered on a pipe, stderr up to the end of the line), and SIGKILL, which no
+    process can catch, would lose it: the wall clock, the CPU and memory limits and a
+    program that kills itself all end a run that way. Each ``write`` (``print`` makes one
+    for its text and one for ``end``) is a system call instead: the cost is measured in
+    ``benchmarks/bench_output.py``. Encoding and error handler stay the interpreter's.
+    """
+    _flush_stdio()
+    for name, fd in (("stdout", 1), ("stderr", 2)):
+        old = getattr(sys, name)
+        try:
+            raw = _Unbuffered(fd, "w", closefd=False)
+        except OSError:  # not open: the program gets what the interpreter gave it
+            continue
+        stream = io.TextIOWrapper(
+            raw,
+            encoding=getattr(old, "encoding", None) or "utf-8",
+            errors=getattr(old, "errors", None) or "backslashreplace",
+            newline="\n",
+            write_through=True,
+        )
+        setattr(sys, name, stream)
+        setattr(sys, f"__{name}__", stream)
+
+
 def _confine(
     request_json: str, *, detach: bool = False, view: int | None = None, pid_one: bool = False
 ) -> str | None:
@@ -473,6 +524,7 @@ def serve(args: Arguments) -> int:
     the run (the Start included) reaches them. Without it, the walls go up after the Start.
     """
     _keep_descriptors(args)
+    _write_through()
     backend = _load_backend(args)
     if backend is None:
         return EXIT_USAGE
