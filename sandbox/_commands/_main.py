@@ -252,6 +252,9 @@ def _run(args: argparse.Namespace) -> int:
         source = _refuse_bad_usage(args)
         budget = budget_from(args)
         toolset = Toolset(_load_tools(args.tools))
+        # The program's output is shown as it comes (in_process: it writes to this
+        # process's own streams already; --json: only the document goes to stdout).
+        echo = None if args.json or args.level == Level.IN_PROCESS else _Echo()
         result = run_sync(
             source,
             tools=toolset,
@@ -259,6 +262,7 @@ def _run(args: argparse.Namespace) -> int:
             level=args.level,
             spawn=spawn_of(args),
             stack_on_timeout=args.stack_on_timeout,
+            on_output=echo,
         )
     except UsageError as exc:
         return _refused(args, "sandbox run: error:", str(exc), EXIT_USAGE)
@@ -266,7 +270,7 @@ def _run(args: argparse.Namespace) -> int:
         return _refused(args, "sandbox:", str(exc), EXIT_SANDBOX)
     code = _exit_code(result)
     try:
-        _report(args, result)
+        _report(args, result, echo)
     except BrokenPipeError:
         # `sandbox run ... | head`: the reader has what it wanted; the run's code stands.
         _silence_stdout()
@@ -322,18 +326,53 @@ def _exit_code(result: RunResult) -> int:
     return EXIT_LIMIT if result.kind is Kind.LIMIT else EXIT_FAILED
 
 
-def _report(args: argparse.Namespace, result: RunResult) -> None:
-    """Prints a finished run: its RunResult as JSON, or its output, value and summary."""
+class _Echo:
+    """The run's ``on_output``: writes the program's output (escaped) to this process's
+    stdout and stderr as it comes, and remembers how each stream's last text ended."""
+
+    def __init__(self) -> None:
+        #: Per stream: whether it ended a line (or showed nothing), for what follows it.
+        self.ended = {"stdout": True, "stderr": True}
+        self._gone: set[str] = set()  # streams whose reader went away (`| head`)
+
+    def __call__(self, name: str, text: str) -> None:
+        self.ended[name] = text.endswith("\n")
+        if name in self._gone:
+            return
+        out = sys.stdout if name == "stdout" else sys.stderr
+        try:
+            out.write(printable(text))
+            out.flush()
+        except BrokenPipeError:
+            # The reader has what it wanted; the program runs on, and its code stands.
+            self._gone.add(name)
+            if name == "stdout":
+                _silence_stdout()
+
+
+def _report(args: argparse.Namespace, result: RunResult, echo: _Echo | None = None) -> None:
+    """Prints a finished run: its RunResult as JSON, or its output (unless ``echo`` showed
+    it as it came), value and summary."""
     if args.json:
         document = msgspec.json.format(msgspec.json.encode(result)).decode()
         sys.stdout.write(printable_json(document) + "\n")
         return
     # Everything below that came from the program is escaped (see sandbox._text).
     _program_output(
-        sys.stdout, "stdout", result.stdout, result.stdout_truncated, result.stdout_bytes
+        sys.stdout,
+        "stdout",
+        result.stdout,
+        result.stdout_truncated,
+        result.stdout_bytes,
+        shown=None if echo is None else echo.ended["stdout"],
     )
     _program_output(
-        sys.stderr, "stderr", result.stderr, result.stderr_truncated, result.stderr_bytes
+        sys.stderr,
+        "stderr",
+        result.stderr,
+        result.stderr_truncated,
+        result.stderr_bytes,
+        shown=None if echo is None else echo.ended["stderr"],
     )
     if result.ok:
         print(printable(msgspec.json.encode(result.value).decode()))
@@ -352,13 +391,16 @@ def _report(args: argparse.Namespace, result: RunResult) -> None:
     )
 
 
-def _program_output(out: Any, name: str, text: str, truncated: bool, total: int) -> None:
+def _program_output(
+    out: Any, name: str, text: str, truncated: bool, total: int, *, shown: bool | None = None
+) -> None:
     """What the program printed on one stream, ended by a newline (so that what follows,
-    the value, starts a line of its own), and marked where it was cut."""
-    if text:
+    the value, starts a line of its own), and marked where it was cut. ``shown``: the
+    text was shown as it came already, and ended a line (True) or not (False)."""
+    if shown is None and text:
         out.write(printable(text))
-        if not text.endswith("\n"):
-            out.write("\n")
+    if text and not (text.endswith("\n") if shown is None else shown):
+        out.write("\n")
     if truncated:
         kept = len(text.encode(errors="surrogatepass"))
         out.write(f"sandbox: {name} truncated here: {kept} of {total} bytes kept (--max-output)\n")

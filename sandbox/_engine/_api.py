@@ -14,7 +14,7 @@ from .._errors import ConfinementUnavailable
 from .._result import RunResult
 from ._inprocess import run_in_process
 from ._levels import Level, applied_budget, cgroups_usable, confinement_gaps
-from ._process import run_process
+from ._process import OnOutput, run_process
 from ._tools import Tool, Toolset
 
 __all__ = ["run", "run_sync"]
@@ -32,6 +32,7 @@ async def run(
     level: Level | str = Level.PROCESS,
     spawn: Spawn | str | Pool | None = None,
     stack_on_timeout: bool = False,
+    on_output: OnOutput | None = None,
 ) -> RunResult:
     """Run ``program`` (Python source) in a sandbox, with ``tools`` as ``host.<name>``.
 
@@ -52,13 +53,23 @@ async def run(
         stack_on_timeout: if the run is killed at its wall clock, take the program's
             Python stack first (with py-spy) and return it in :attr:`RunResult.stack`, or
             why it could not be taken in :attr:`RunResult.stack_error`. Child levels only.
+        on_output: called as ``on_output(stream, text)`` with ``"stdout"`` or ``"stderr"``
+            and the text the program wrote, as it arrives (in order within a stream); an
+            awaitable it returns (an ``async def``) is awaited. It is told exactly what
+            :attr:`RunResult.stdout` and :attr:`RunResult.stderr` keep (up to the budget's
+            ``max_output``), all of it before this returns. It runs in the run's own tasks:
+            while it takes its time, the program's pipe fills and the program waits (its
+            wall clock runs on). If it raises, the run is stopped and the exception
+            propagates from here. Child levels only (``in_process`` captures no output).
 
     Raises:
         BudgetUnsupported: the budget asks for something ``level`` cannot enforce here.
         ConfinementUnavailable: ``confined`` was asked for and this host lacks a wall.
         ToolError: a tool cannot be bound (a bad or duplicate name).
         SpawnFailed: the child process could not be started.
-        ValueError: an unknown level or spawn mode, or ``stack_on_timeout`` in process.
+        ValueError: an unknown level or spawn mode, or ``stack_on_timeout`` or
+            ``on_output`` in process.
+        Exception: whatever ``on_output`` raised.
     """
     level = Level(level)
     if spawn is None:
@@ -70,6 +81,11 @@ async def run(
     if level is Level.IN_PROCESS:
         if stack_on_timeout:
             raise ValueError("stack_on_timeout needs a child level (process or confined)")
+        if on_output is not None:
+            raise ValueError(
+                "on_output needs a child level (process or confined): in_process does not "
+                "capture output (the program writes to this process's own stdout and stderr)"
+            )
         return await run_in_process(program, toolset, budget)
     if level is Level.CONFINED:
         gaps = confinement_gaps()
@@ -83,6 +99,7 @@ async def run(
         use_cgroups=cgroups_usable(),
         spawn=spawn,
         stack_on_timeout=stack_on_timeout,
+        on_output=on_output,
     )
 
 
@@ -94,6 +111,7 @@ def run_sync(
     level: Level | str = Level.PROCESS,
     spawn: Spawn | str | Pool | None = None,
     stack_on_timeout: bool = False,
+    on_output: OnOutput | None = None,
     backend: str = "asyncio",
 ) -> RunResult:
     """:func:`run` for synchronous code: starts an event loop (``backend``) for one run.
@@ -119,6 +137,7 @@ def run_sync(
             level=level,
             spawn=spawn,
             stack_on_timeout=stack_on_timeout,
+            on_output=on_output,
         )
 
     return anyio.run(main, backend=backend)

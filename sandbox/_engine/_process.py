@@ -10,8 +10,9 @@ its cgroups and, with ``prlimit``, on its process (CPU, file size, open files, n
 dumps).
 
 The run (:meth:`_Run.drive`): the Server answers calls, two tasks drain stdout and stderr
-into capped buffers, a watcher ends the run at its CPU limit, and the Starter waits for
-the Result, all under the wall clock. What happened is gathered into an
+into capped buffers (telling the caller's ``on_output`` what they keep, as it comes), a
+watcher ends the run at its CPU limit, and the Starter waits for the Result, all under the
+wall clock. What happened is gathered into an
 :class:`~sandbox._result.Ending`, from which :func:`~sandbox._result.run_result` (pure)
 makes the :class:`~sandbox.RunResult`.
 
@@ -35,15 +36,18 @@ it reaped the runner, before returning.
 
 from __future__ import annotations
 
+import codecs
 import contextlib
+import inspect
 import math
 import os
 import resource
 import signal
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Literal
 
 import anyio
 import anyio.abc
@@ -72,7 +76,7 @@ from .._result import Answer, Cause, Ending, Output, RunResult, Verdict, run_res
 from ._levels import Level
 from ._tools import Toolset
 
-__all__ = ["run_process"]
+__all__ = ["OnOutput", "run_process"]
 
 #: How long a runner that has sent its Result (or been told to stop) gets to exit by
 #: itself, and again after SIGTERM, before SIGKILL, where the host has no cgroups; and how
@@ -85,6 +89,18 @@ _CLEANUP_DEADLINE: Final = 10.0
 #: CPU watcher's shortest sleep, times the number of CPUs.
 _CPU_SLACK: Final = 0.02
 _READ_CHUNK: Final = 1 << 16
+#: After a short read of a program's output, how long the host lets more gather in the pipe
+#: before it reads again. The runner's streams write through, so a program that prints line
+#: by line puts each line in the pipe at once; reading each as it came would wake the host
+#: for every line, and make a program that prints 100,000 lines about twice as slow again
+#: (``benchmarks/bench_output.py``). 5 ms is far below what a person watching the output
+#: can notice, and a full read (a pipe filling faster than that) is followed by the next
+#: without a pause.
+_GATHER: Final = 0.005
+
+#: What ``on_output`` is: called with the stream's name and the text, as it comes; an
+#: awaitable it returns (an ``async def``) is awaited.
+OnOutput = Callable[[Literal["stdout", "stderr"], str], object]
 
 
 @dataclass
@@ -98,21 +114,59 @@ class _Measured:
     peak_memory: int | None = None
 
 
+class _Listener:
+    """The caller's ``on_output``, called from the run's output tasks.
+
+    The first exception it raises stops the run (:attr:`error`; :func:`run_process` raises
+    it once the run is cleared); it is not called again after that.
+    """
+
+    def __init__(self, callback: OnOutput, abort: Callable[[], object]) -> None:
+        self.callback = callback
+        self.abort = abort
+        self.error: Exception | None = None
+
+    async def tell(self, name: Literal["stdout", "stderr"], text: str) -> None:
+        if self.error is not None:
+            return
+        try:
+            answer = self.callback(name, text)
+            if inspect.isawaitable(answer):
+                await answer
+        except Exception as exc:  # the caller's: it ends the run, and run() raises it
+            self.error = exc
+            self.abort()
+
+
 class _Output:
-    """A capped capture of one output stream, drained from its pipe until told to stop.
+    """A capped capture of one output stream, drained from its pipe until told to stop,
+    and told to the listener (if any) as it comes.
 
     Once the run's processes can no longer write (:meth:`stop`), it reads what is left in
     the pipe, to its last byte, without waiting for the end of file (which comes only once
     every process holding the pipe has been torn down).
+
+    The listener is told exactly what is kept: the text of the first ``cap`` bytes, decoded
+    as they arrive (a character split between two reads is told whole, with the second), so
+    that what it was told, put together, is the captured text.
     """
 
-    def __init__(self, fd: int, cap: int | None) -> None:
+    def __init__(
+        self,
+        fd: int,
+        cap: int | None,
+        name: Literal["stdout", "stderr"] = "stdout",
+        listener: _Listener | None = None,
+    ) -> None:
         self.fd = fd
         self.cap = cap
+        self.name: Literal["stdout", "stderr"] = name
         self.data = bytearray()
         self.total = 0
         self._stopping = False
         self._wait: anyio.CancelScope | None = None
+        self._listener = listener
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
         os.set_blocking(fd, False)
 
     async def drain(self) -> None:
@@ -121,33 +175,49 @@ class _Output:
                 chunk = os.read(self.fd, _READ_CHUNK)
             except BlockingIOError:
                 if self._stopping:
-                    return
+                    break
                 with anyio.CancelScope() as self._wait:
                     await anyio.wait_readable(self.fd)
                 self._wait = None
                 continue
             except OSError:
-                return
+                break
             if not chunk:
-                return
-            self._keep(chunk)
+                break
+            await self._keep(chunk)
+            if len(chunk) < _READ_CHUNK and not self._stopping:
+                # Let a program that writes line by line fill the pipe for a moment,
+                # rather than wake the host for every line (see _GATHER).
+                with anyio.CancelScope() as self._wait:
+                    await anyio.sleep(_GATHER)
+                self._wait = None
+        await self._tell(b"", final=True)
 
-    def _keep(self, chunk: bytes) -> None:
+    async def _keep(self, chunk: bytes) -> None:
         self.total += len(chunk)
         room = len(chunk) if self.cap is None else self.cap - len(self.data)
         if room > 0:
-            self.data += chunk[:room]
+            kept = chunk[:room]
+            self.data += kept
+            await self._tell(kept)
 
-    def read_now(self) -> None:
-        """Read what is in the pipe now, without waiting."""
+    async def _tell(self, data: bytes, *, final: bool = False) -> None:
+        if self._listener is not None:
+            text = self._decoder.decode(data, final)
+            if text:
+                await self._listener.tell(self.name, text)
+
+    async def read_rest(self) -> None:
+        """Read what is in the pipe now, without waiting, as the last of the stream."""
         while True:
             try:
                 chunk = os.read(self.fd, _READ_CHUNK)
             except OSError:  # BlockingIOError included: nothing more now
-                return
+                break
             if not chunk:
-                return
-            self._keep(chunk)
+                break
+            await self._keep(chunk)
+        await self._tell(b"", final=True)
 
     def stop(self) -> None:
         """Read what is in the pipe now, then stop (the writers are gone or killed)."""
@@ -199,16 +269,20 @@ async def run_process(
     use_cgroups: bool,
     spawn: Spawn | Pool = Spawn.ZYGOTE,
     stack_on_timeout: bool = False,
+    on_output: OnOutput | None = None,
 ) -> RunResult:
     """Run ``program`` in a fresh child process under ``budget``. See the module docstring.
 
     At ``confined``, the child puts up the confined level's walls (namespaces, the
     filesystem view, Landlock, seccomp) before it reads its Start. With
     ``stack_on_timeout``, a run killed at its wall clock carries the program's Python stack
-    (see :mod:`sandbox._children._stack`).
+    (see :mod:`sandbox._children._stack`). ``on_output`` is told the program's output as
+    it comes (see :class:`_Output`).
 
     Raises:
         SpawnFailed: the child could not be started (nothing is left behind).
+        Exception: whatever ``on_output`` raised; it stopped the run (which left nothing
+            behind).
     """
     too_large = _too_large(program, toolset, level)
     if too_large is not None:
@@ -221,9 +295,12 @@ async def run_process(
         use_cgroups=use_cgroups,
         disk_bytes=given(budget.max_disk),
     )
-    run = _Run(child, budget, level, t0, stack_wanted=stack_on_timeout)
+    run = _Run(child, budget, level, t0, stack_wanted=stack_on_timeout, on_output=on_output)
     try:
-        return run_result(await run.go(program, toolset))
+        ending = await run.go(program, toolset)
+        if run.listener is not None and run.listener.error is not None:
+            raise run.listener.error
+        return run_result(ending)
     finally:
         with anyio.CancelScope(shield=True), anyio.move_on_after(_CLEANUP_DEADLINE):
             await run.finish()
@@ -233,7 +310,14 @@ class _Run:
     """One process-level run, from its child's readiness to the hand-over of its remains."""
 
     def __init__(
-        self, child: Child, budget: Budget, level: Level, t0: float, *, stack_wanted: bool
+        self,
+        child: Child,
+        budget: Budget,
+        level: Level,
+        t0: float,
+        *,
+        stack_wanted: bool,
+        on_output: OnOutput | None = None,
     ) -> None:
         self.child = child
         self.process = child.process
@@ -244,8 +328,13 @@ class _Run:
         self.cgroups = child.workspace.cgroups
         self.start_ch = FdChannel(*child.pipes.start_fds)
         self.call_ch = FdChannel(*child.pipes.call_fds)
-        self.stdout = _Output(child.pipes.out_fd, given(budget.max_output))
-        self.stderr = _Output(child.pipes.err_fd, given(budget.max_output))
+        #: Cancelled to end the run early: at its CPU limit, when the child breaks the
+        #: wire, when ``on_output`` raises.
+        self.run_scope = anyio.CancelScope()
+        self.listener = None if on_output is None else _Listener(on_output, self.run_scope.cancel)
+        cap = given(budget.max_output)
+        self.stdout = _Output(child.pipes.out_fd, cap, "stdout", self.listener)
+        self.stderr = _Output(child.pipes.err_fd, cap, "stderr", self.listener)
         child.pipes.hand_over()
         self.stopped = False
         self.finished = False
@@ -285,7 +374,7 @@ class _Run:
         status say why (a runner that could not put up its walls exits NOT_CONFINED)."""
         await self.stop(answered=False)
         await self.process.wait_exit(_GRACE)
-        self.stderr.read_now()
+        await self.stderr.read_rest()
         confinement = _exit_code(self.child) == RunnerExit.NOT_CONFINED
         verdict = Verdict(
             Kind.DENIED if confinement else Kind.UNKNOWN,
@@ -308,7 +397,7 @@ class _Run:
         result: Result | None = None
         verdict: Verdict | None = None
         broke_wire: list[str] = []
-        run_scope = anyio.CancelScope()
+        run_scope = self.run_scope
 
         async def serve() -> None:
             try:
@@ -354,8 +443,10 @@ class _Run:
                         Cause.CPU,
                         f"CPU limit of {budget.max_cpu} s reached; the run was killed",
                     )
+                # (A listener that failed ended the run: the exit status explains nothing.)
+                answered = result is not None or verdict is not None or self._listener_failed()
                 with anyio.CancelScope(shield=True):
-                    await self.stop(answered=result is not None or verdict is not None)
+                    await self.stop(answered=answered)
                 tg.cancel_scope.cancel()
             # Every process of the run is dead or cannot run again: what they wrote is in
             # the pipes; read it to its end.
@@ -413,6 +504,9 @@ class _Run:
             cpu_time=m.cpu_time,
             peak_memory=m.peak_memory,
         )
+
+    def _listener_failed(self) -> bool:
+        return self.listener is not None and self.listener.error is not None
 
     # -- limits --------------------------------------------------------------------------
 
