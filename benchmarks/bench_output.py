@@ -8,13 +8,17 @@ Usage::
 The claim measured: the runner makes the program's ``sys.stdout`` and ``sys.stderr`` write
 through to their pipes (``runner._main._write_through``), so that a run killed by SIGKILL
 (its wall clock, its CPU or memory limit, the program's own ``os.kill``) loses nothing the
-program printed. Each ``print`` is then two system calls (its text, then ``end``) instead of
-a copy into a buffer. Each round runs, at each level and from the zygote, the same program
-twice: once as it is (write-through), and once after it has put back the interpreter's own
-buffered stdout (the baseline: today's behaviour without the runner's change, in the same
-run). The program prints ``--lines`` short lines (``print("line", i)``) and times its own
-loop, the final flush included; the host's ``wall_time`` of each run is recorded as well (it
-includes the host's reading of the pipe and the run's start and end).
+program printed; each write is then a system call rather than a copy into a buffer, and
+the runner's ``print`` makes one write of its whole text (the built-in one makes one per
+argument, separator and end: four for ``print("line", i)``). The host lets a trickle of
+output gather in the pipe for a few milliseconds between reads rather than wake for every
+write (``sandbox._engine._process._GATHER``). Each round runs, at each level and from the
+zygote, the same program twice: once as it is (write-through), and once after it has put
+back the interpreter's own buffered stdout and built-in ``print`` (the baseline: today's
+behaviour without the runner's change, in the same run). The program prints ``--lines``
+short lines (``print("line", i)``) and times its own loop, the final flush included; the
+host's ``wall_time`` of each run is recorded as well (it includes the host's reading of the
+pipe and the run's start and end).
 
 Reported per level: the medians of both, for both variants, and the ratios
 write-through / buffered.
@@ -38,13 +42,17 @@ from sandbox import Budget, Level, Spawn
 from ._levels import add_level_option, levels_here
 from ._machine import environment, git_head
 
-#: Puts back a stdout as the interpreter makes it for a pipe: block-buffered (8 KiB).
+#: Puts back a stdout as the interpreter makes it for a pipe (block-buffered, 8 KiB), and
+#: the built-in ``print`` (which the runner's one-write ``print`` holds in its closure).
 BUFFERED = """
-import io, sys
+import builtins, io, sys
 sys.stdout = io.TextIOWrapper(
     io.BufferedWriter(io.FileIO(1, "w", closefd=False)),
     encoding=sys.stdout.encoding, errors=sys.stdout.errors, newline="\\n",
 )
+for cell in print.__closure__ or ():
+    if type(cell.cell_contents) is type(len) and cell.cell_contents.__name__ == "print":
+        builtins.print = cell.cell_contents
 """
 PRINTS = """
 import sys, time

@@ -79,8 +79,8 @@ from __future__ import annotations
 import io
 import os
 import sys
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Final, NoReturn
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 from protocol import (
     VERSION,
@@ -392,9 +392,11 @@ def _write_through() -> None:
     The interpreter's own streams keep what is printed in a buffer of the process (stdout
     block-buffered on a pipe, stderr up to the end of the line), and SIGKILL, which no
     process can catch, would lose it: the wall clock, the CPU and memory limits and a
-    program that kills itself all end a run that way. Each ``write`` (``print`` makes one
-    for its text and one for ``end``) is a system call instead: the cost is measured in
-    ``benchmarks/bench_output.py``. Encoding and error handler stay the interpreter's.
+    program that kills itself all end a run that way. Each ``write`` is a system call
+    instead, and ``print`` to these streams makes one write of its whole text
+    (:func:`_print_for`), where the built-in ``print`` makes one per argument, separator
+    and end: the cost is measured in ``benchmarks/bench_output.py``. Encoding and error
+    handler stay the interpreter's.
     """
     _flush_stdio()
     for name, fd in (("stdout", 1), ("stderr", 2)):
@@ -412,6 +414,55 @@ def _write_through() -> None:
         )
         setattr(sys, name, stream)
         setattr(sys, f"__{name}__", stream)
+    import builtins
+
+    builtins.print = _print_for(sys.stdout, sys.stderr, builtins.print)
+
+
+def _print_for(out: Any, err: Any, builtin: Callable[..., None]) -> Callable[..., None]:
+    """``print`` as the built-in one, but one ``write`` of the whole text to ``out`` or
+    ``err``.
+
+    Printing to any other file (or with ``sys.stdout`` gone) is the built-in ``print``'s.
+    What it refuses, and what it writes before an argument's ``__str__`` raises, are the
+    built-in's. Its code carries no host path (a traceback through it shows ``<print>``).
+    """
+
+    def print(
+        *args: object,
+        sep: str | None = " ",
+        end: str | None = "\n",
+        file: Any = None,
+        flush: bool = False,
+    ) -> None:
+        target: Any = getattr(sys, "stdout", None) if file is None else file
+        if target is None or (target is not out and target is not err):
+            return builtin(*args, sep=sep, end=end, file=file, flush=flush)
+        if sep is None:
+            sep = " "
+        elif not isinstance(sep, str):
+            raise TypeError(f"sep must be None or a string, not {type(sep).__name__}")
+        if end is None:
+            end = "\n"
+        elif not isinstance(end, str):
+            raise TypeError(f"end must be None or a string, not {type(end).__name__}")
+        texts: list[str] = []
+        try:
+            texts.extend(map(str, args))  # (what was made before a failure stays in it)
+        except BaseException:
+            if texts:  # the built-in print has written these, and the separator after them
+                target.write(sep.join(texts) + sep)
+            raise
+        target.write(sep.join(texts) + end)
+        if flush:
+            target.flush()
+        return None
+
+    print.__code__ = print.__code__.replace(co_filename="<print>")
+    print.__module__ = "builtins"
+    print.__qualname__ = "print"
+    print.__doc__ = builtin.__doc__
+    return print
 
 
 def _confine(

@@ -177,3 +177,65 @@ def test_in_process_a_program_that_ends_its_process_ends_the_host(death: str) ->
     )
     assert proc.returncode == (7 if "_exit" in death else -signal.SIGKILL), proc.stderr
     assert "after" not in proc.stdout
+
+
+#: Exercises ``print``'s every argument and failure, to the runner's streams and elsewhere.
+PRINTS = """
+import io, pickle, sys, traceback
+class Bad:
+    def __str__(self):
+        raise ValueError("no str")
+print("a", "b", sep="-", end="!\\n")
+print()
+print(1, None, sep=None, end=None)
+try:
+    print("x", Bad(), "y")
+except ValueError:
+    print("<caught>")
+for bad in ({"sep": 3}, {"end": b""}):
+    try:
+        print("x", **bad)
+    except TypeError as exc:
+        print(exc)
+buffer = io.StringIO()
+print("to a buffer", 2, file=buffer, flush=True)
+print(repr(buffer.getvalue()))
+print("to stderr", file=sys.stderr, end="")
+saved, sys.stdout = sys.stdout, None
+print("to nowhere")
+sys.stdout = saved
+try:
+    print(Bad())
+except ValueError:
+    shown = traceback.format_exc()
+(print.__name__, print.__module__, pickle.loads(pickle.dumps(print)) is print,
+ "runner" in shown)
+"""
+
+
+@pytest.mark.parametrize("level", [Level.IN_PROCESS, Level.PROCESS])
+async def test_print_does_what_the_built_in_does(level: Level) -> None:
+    """The runner's ``print`` (one write of its whole text to the program's streams) does
+    what the built-in does (``in_process`` runs the built-in), refusals and partial output
+    included, and shows no path of the runner in a traceback."""
+    result = await sandbox.run(PRINTS, level=level)
+    assert result.ok, result.error
+    assert result.value == ["print", "builtins", True, False]
+    if level is Level.IN_PROCESS:
+        return  # (what it printed went to this process's streams)
+    assert result.stdout == (
+        "a-b!\n\n1 None\nx <caught>\nsep must be None or a string, not int\n"
+        "end must be None or a string, not bytes\n'to a buffer 2\\n'\n"
+    )
+    assert result.stderr == "to stderr"
+
+
+@each_spawn
+async def test_print_is_one_write() -> None:
+    """A ``print`` of several arguments reaches the pipe in one write: a host that reads
+    between two of its pieces never sees a line without its end."""
+    told: list[str] = []
+    program = "for i in range(2000):\n    print('line', i, sep=' ', end='\\n')"
+    result = await sandbox.run(program, on_output=lambda name, text: told.append(text))
+    assert result.ok, result.error
+    assert all(text.endswith("\n") for text in told), [t for t in told if not t.endswith("\n")]
