@@ -13,15 +13,16 @@ the runner's ``print`` makes one write of its whole text (the built-in one makes
 argument, separator and end: four for ``print("line", i)``). The host lets a trickle of
 output gather in the pipe for a few milliseconds between reads rather than wake for every
 write (``sandbox._engine._process._GATHER``). Each round runs, at each level and from the
-zygote, the same program twice: once as it is (write-through), and once after it has put
-back the interpreter's own buffered stdout and built-in ``print`` (the baseline: today's
-behaviour without the runner's change, in the same run). The program prints ``--lines``
-short lines (``print("line", i)``) and times its own loop, the final flush included; the
-host's ``wall_time`` of each run is recorded as well (it includes the host's reading of the
-pipe and the run's start and end).
+zygote, the same program three times: as it is (write-through); after it has put back the
+interpreter's own buffered stdout and built-in ``print`` (the baseline: the behaviour
+without the runner's change, in the same run); and with the built-in ``print`` over the
+write-through stdout (what ``python -u`` does: how much the one-write ``print`` saves).
+The program prints ``--lines`` short lines (``print("line", i)``) and times its own loop,
+the final flush included; the host's ``wall_time`` of each run is recorded as well (it
+includes the host's reading of the pipe and the run's start and end).
 
-Reported per level: the medians of both, for both variants, and the ratios
-write-through / buffered.
+Reported per level: the medians of both, for each variant, and the ratios to the buffered
+baseline.
 """
 
 from __future__ import annotations
@@ -42,18 +43,25 @@ from sandbox import Budget, Level, Spawn
 from ._levels import add_level_option, levels_here
 from ._machine import environment, git_head
 
-#: Puts back a stdout as the interpreter makes it for a pipe (block-buffered, 8 KiB), and
-#: the built-in ``print`` (which the runner's one-write ``print`` holds in its closure).
-BUFFERED = """
-import builtins, io, sys
-sys.stdout = io.TextIOWrapper(
-    io.BufferedWriter(io.FileIO(1, "w", closefd=False)),
-    encoding=sys.stdout.encoding, errors=sys.stdout.errors, newline="\\n",
-)
+#: Puts back the built-in ``print`` (which the runner's one-write ``print`` holds in its
+#: closure): each argument, separator and end is a write.
+BUILTIN_PRINT = """
+import builtins
 for cell in print.__closure__ or ():
     if type(cell.cell_contents) is type(len) and cell.cell_contents.__name__ == "print":
         builtins.print = cell.cell_contents
 """
+#: And a stdout as the interpreter makes it for a pipe (block-buffered, 8 KiB).
+BUFFERED = (
+    BUILTIN_PRINT
+    + """
+import io, sys
+sys.stdout = io.TextIOWrapper(
+    io.BufferedWriter(io.FileIO(1, "w", closefd=False)),
+    encoding=sys.stdout.encoding, errors=sys.stdout.errors, newline="\\n",
+)
+"""
+)
 PRINTS = """
 import sys, time
 t0 = time.perf_counter()
@@ -82,14 +90,18 @@ async def _once(program: str, level: Level, lines: int) -> tuple[float, float]:
 
 async def _measure(levels: list[Level], runs: int, lines: int) -> list[dict[str, Any]]:
     through_program = PRINTS.format(lines=lines)
-    buffered_program = BUFFERED + through_program
+    programs = {
+        "buffered": BUFFERED + through_program,
+        "write_through": through_program,
+        "write_through_builtin_print": BUILTIN_PRINT + through_program,
+    }
     rows = []
     for level in levels:
         await sandbox.run("1", level=level)  # the zygote is up
-        samples: dict[str, list[tuple[float, float]]] = {"write_through": [], "buffered": []}
-        for _ in range(runs):  # interleaved: the machine's load falls on both alike
-            samples["buffered"].append(await _once(buffered_program, level, lines))
-            samples["write_through"].append(await _once(through_program, level, lines))
+        samples: dict[str, list[tuple[float, float]]] = {name: [] for name in programs}
+        for _ in range(runs):  # interleaved: the machine's load falls on all alike
+            for name, program in programs.items():
+                samples[name].append(await _once(program, level, lines))
         row: dict[str, Any] = {"level": level.value, "runs": runs, "lines": lines}
         for name, pairs in samples.items():
             row[name] = {
@@ -99,13 +111,17 @@ async def _measure(levels: list[Level], runs: int, lines: int) -> list[dict[str,
                 "wall_samples": [round(p[1], 4) for p in pairs],
             }
         through, buffered = row["write_through"], row["buffered"]
+        builtin = row["write_through_builtin_print"]
         row["loop_ratio"] = round(through["loop_s"] / buffered["loop_s"], 2)
         row["wall_ratio"] = round(through["wall_s"] / buffered["wall_s"], 2)
+        row["builtin_print_loop_ratio"] = round(builtin["loop_s"] / buffered["loop_s"], 2)
         rows.append(row)
         print(
             f"{level.value:9} {lines} lines: loop {buffered['loop_s']:.3f} s buffered, "
-            f"{through['loop_s']:.3f} s write-through (x{row['loop_ratio']}); run "
-            f"{buffered['wall_s']:.3f} s vs {through['wall_s']:.3f} s (x{row['wall_ratio']})",
+            f"{through['loop_s']:.3f} s write-through (x{row['loop_ratio']}), "
+            f"{builtin['loop_s']:.3f} s write-through with the built-in print "
+            f"(x{row['builtin_print_loop_ratio']}); run {buffered['wall_s']:.3f} s vs "
+            f"{through['wall_s']:.3f} s (x{row['wall_ratio']})",
             flush=True,
         )
     return rows
