@@ -646,7 +646,14 @@ def test_make_demo_shows_the_failure_as_intended(tmp_path: Path) -> None:
     installed.touch()
     env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
     proc = subprocess.run(
-        ["make", "--no-print-directory", "demo", f"BIN={bin_dir}", f"STAMP={installed}"],
+        [
+            "make",
+            "--no-print-directory",
+            "demo",
+            f"BIN={bin_dir}",
+            f"STAMP={installed}",
+            f"DEMO_STAMP={installed}",
+        ],
         capture_output=True,
         text=True,
         cwd=ROOT,
