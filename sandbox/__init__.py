@@ -12,7 +12,17 @@ from protocol import CallError, Kind
 
 from ._budget import DEFAULTS, Budget
 from ._children import Pool, Spawn
-from ._engine import Level, Tool, Toolset, confinement_gaps, run, run_sync, tool, unenforceable
+from ._engine import (
+    Level,
+    Tool,
+    Toolset,
+    confinement_gaps,
+    run,
+    run_sync,
+    substitutes,
+    tool,
+    unenforceable,
+)
 from ._errors import (
     BudgetError,
     BudgetUnsupported,
@@ -44,5 +54,6 @@ __all__ = [
     "run_sync",
     "tool",
     "confinement_gaps",
+    "substitutes",
     "unenforceable",
 ]

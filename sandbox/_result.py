@@ -149,6 +149,8 @@ class Ending:
         status: the runner's wait status, if the host knows it.
         memory_hit, pids_hit, disk_hit: the run's memory, process or file system limit was
             reached, as its cgroups and file system say.
+        memory_per_process: ``max_memory`` was an rlimit on each process (no cgroups):
+            the host cannot see it reached, and the program's ``MemoryError`` is the sign.
         limits: the run's limits, for the messages (``max_memory`` and the like).
         stdout, stderr: the captured output.
         cpu_time, peak_memory: measured by the host, where known.
@@ -163,6 +165,7 @@ class Ending:
     stats: CallStats | None = None
     status: int | None = None
     memory_hit: bool = False
+    memory_per_process: bool = False
     pids_hit: bool = False
     disk_hit: bool = False
     limits: dict[str, Any] = field(default_factory=dict)
@@ -263,7 +266,20 @@ def _failure(e: Ending, answer: Answer, exit_code: int | None) -> dict[str, Any]
     program that exited (the Python backend sends its ``SystemExit`` code).
     """
     kind, error = answer.kind or Kind.UNKNOWN, answer.error
-    limit_seen = (e.stats is not None and e.stats.limited > 0) or e.memory_hit or e.pids_hit
+    # Without cgroups, max_memory is an rlimit on each process (RLIMIT_DATA): an allocation
+    # past it fails in the program, and nothing the host can see says so. There, and only
+    # there, the program's MemoryError is taken for the limit, and the error says whose
+    # word it is.
+    out_of_memory = e.memory_per_process and kind is Kind.LIMIT and "MemoryError" in error
+    if out_of_memory:
+        error = (
+            f"memory limit reached: the program ran out of memory under its limit of "
+            f"{e.limits.get('max_memory')} bytes per process (RLIMIT_DATA: this host gives "
+            f"the run no memory cgroup, so this is the program's own report)\n{error}"
+        )
+    limit_seen = (
+        (e.stats is not None and e.stats.limited > 0) or e.memory_hit or e.pids_hit or out_of_memory
+    )
     if kind is Kind.LIMIT and not limit_seen:
         kind = Kind.RAISED
         error = f"(the child reported a limit, but none of the run's limits was reached)\n{error}"
@@ -274,7 +290,7 @@ def _failure(e: Ending, answer: Answer, exit_code: int | None) -> dict[str, Any]
         except (msgspec.DecodeError, RecursionError):
             fields["value"] = answer.value
         fields["cause"] = Cause.EXIT
-    if kind is Kind.LIMIT and e.memory_hit:
+    if kind is Kind.LIMIT and (e.memory_hit or out_of_memory):
         fields["cause"] = Cause.MEMORY
     if exit_code == RunnerExit.NOT_CONFINED:
         fields["cause"] = Cause.CONFINEMENT

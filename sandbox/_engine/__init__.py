@@ -14,6 +14,7 @@ from ._levels import (
     cgroups_usable,
     check_budget,
     confinement_gaps,
+    substitutes,
     unenforceable,
     with_defaults,
 )
@@ -29,6 +30,7 @@ __all__ = [
     "confinement_gaps",
     "run",
     "run_sync",
+    "substitutes",
     "tool",
     "unenforceable",
     "with_defaults",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import os
 from collections.abc import Mapping
 from typing import Final
 
@@ -17,6 +18,7 @@ __all__ = [
     "cgroups_usable",
     "check_budget",
     "confinement_gaps",
+    "substitutes",
     "unenforceable",
     "with_defaults",
 ]
@@ -56,19 +58,91 @@ _PROCESS_ONLY = (
 )
 
 
+def _program_is_root(level: Level) -> bool:
+    """Whether ``level``'s program runs as host root here (it could raise any rlimit)."""
+    return level is Level.PROCESS and os.geteuid() == 0
+
+
+def _nproc_counts_per_namespace() -> bool:
+    """Whether ``RLIMIT_NPROC`` counts a confined run's processes only: a root host's run
+    has a uid of its own; an unprivileged host's a user namespace of its own, in which
+    Linux counts them apart since 5.14 (rlimits on top of the user namespaces' counts)."""
+    if os.geteuid() == 0:
+        return True
+    release = os.uname().release.split("-")[0].split(".")
+    try:
+        return (int(release[0]), int(release[1])) >= (5, 14)
+    except (IndexError, ValueError):
+        return False
+
+
 @functools.cache
-def _process_gaps() -> dict[str, str]:
-    support = cgroup_support()
+def _enforcement(level: Level) -> tuple[Mapping[str, str], Mapping[str, str]]:
+    """What child level ``level`` cannot enforce here (its gaps), and what it enforces by
+    a substitute weaker than the limit itself (with what differs).
+
+    With the run's cgroups (a run gets every controller, or none), memory and processes
+    are limits on the run as a whole. Without them, a program that is not host root
+    cannot raise its rlimits, which then stand in: ``RLIMIT_DATA`` for memory, per
+    process; and at ``confined``, ``RLIMIT_NPROC`` for processes, which the kernel counts
+    per uid in each user namespace: an unprivileged host's run has a user namespace of
+    its own, a root host's run a uid of its own, so the count is the run's. (At
+    ``process`` it would count every process of the host's uid.)
+    """
     gaps: dict[str, str] = {}
-    if support["memory"] is not None:
+    substitutes: dict[str, str] = {}
+    if level is Level.PROCESS:
+        gaps["max_disk"] = (
+            "the working directory is a directory of the host's: only confined gives a run "
+            "a file system of its own to bound"
+        )
+    if cgroups_usable():
+        return gaps, substitutes
+    # The first controller that cannot be made says why (`sandbox doctor` lists them all).
+    why = next((f"{name}: {why}" for name, why in cgroup_support().items() if why), "")
+    no_cgroups = f"no per-run cgroups here: {why}"
+    if _program_is_root(level):
         gaps["max_memory"] = (
-            f"needs a per-run memory cgroup to cap every process of the run ({support['memory']})"
+            "needs a per-run memory cgroup: the program runs as root, which can raise any "
+            f"rlimit ({no_cgroups})"
         )
-    if support["pids"] is not None:
         gaps["max_processes"] = (
-            f"needs a per-run pids cgroup (rlimits do not bind root) ({support['pids']})"
+            "needs a per-run pids cgroup: the program runs as root, which RLIMIT_NPROC "
+            f"does not bind ({no_cgroups})"
         )
-    return gaps
+        return gaps, substitutes
+    total = (
+        "the run's processes together may hold max_processes times as much"
+        if level is Level.CONFINED
+        else "nothing bounds how many processes a run has at this level, so nothing "
+        "bounds their total"
+    )
+    substitutes["max_memory"] = (
+        f"per process, not for the run as a whole ({no_cgroups}): each process may hold "
+        "max_memory bytes of private memory (heap and anonymous mappings: RLIMIT_DATA) "
+        "beyond what the runner held when the run began, and an allocation past that "
+        f"fails with MemoryError; {total}. Not counted: shared memory and memfds, the "
+        "page cache and the kernel's own memory (at confined, the run's files are bounded "
+        "by max_disk). The host cannot see the run's memory: it takes the program's "
+        "MemoryError for the limit"
+    )
+    if level is Level.CONFINED and _nproc_counts_per_namespace():
+        substitutes["max_processes"] = (
+            f"by RLIMIT_NPROC ({no_cgroups}), which the kernel counts for the run's own "
+            "user namespace or uid: the run's processes and threads, as a pids cgroup "
+            "counts them, but the host does not see a fork refused (the program gets "
+            "EAGAIN)"
+        )
+    else:
+        where = "" if level is Level.PROCESS else ", in every user namespace (Linux < 5.14)"
+        gaps["max_processes"] = (
+            "needs a per-run pids cgroup: RLIMIT_NPROC would count every process of the "
+            f"host's uid{where}, not the run's ({no_cgroups})"
+        )
+    substitutes["max_cpu"] = (
+        f"per process, in whole seconds (RLIMIT_CPU), not for the run as a whole ({no_cgroups})"
+    )
+    return gaps, substitutes
 
 
 # What in_process cannot enforce, whatever the host: worked out once, not per run.
@@ -79,22 +153,35 @@ _IN_PROCESS_DEFAULTED: Final = frozenset(DEFAULTS) - frozenset(_IN_PROCESS_GAPS)
 
 
 def unenforceable(level: Level) -> dict[str, str]:
-    """Budget items ``level`` cannot enforce on this host, with the reason for each."""
-    return dict(_gaps(level))
+    """Budget items ``level`` cannot enforce on this host, with the reason for each: asking
+    for one is refused (:class:`~sandbox.BudgetUnsupported`). Those it enforces only by a
+    weaker substitute are :func:`substitutes`'.
+
+    Raises:
+        ValueError: ``level`` is not a level.
+    """
+    return dict(_gaps(Level(level)))
+
+
+def substitutes(level: Level) -> dict[str, str]:
+    """Budget items ``level`` enforces on this host by a substitute weaker than the limit
+    itself, each with what differs (without per-run cgroups, memory is limited per
+    process, not for the run as a whole). Asking for one is not refused.
+
+    Raises:
+        ValueError: ``level`` is not a level.
+    """
+    level = Level(level)
+    if level is Level.IN_PROCESS:
+        return {}
+    return dict(_enforcement(level)[1])
 
 
 def _gaps(level: Level) -> Mapping[str, str]:
     """:func:`unenforceable`, not to be changed by the caller (in_process's is shared)."""
-    if level is Level.CONFINED:
-        return _process_gaps()
-    if level is Level.PROCESS:
-        gaps = dict(_process_gaps())
-        gaps["max_disk"] = (
-            "the working directory is a directory of the host's: only confined gives a run "
-            "a file system of its own to bound"
-        )
-        return gaps
-    return _IN_PROCESS_GAPS
+    if level is Level.IN_PROCESS:
+        return _IN_PROCESS_GAPS
+    return _enforcement(level)[0]
 
 
 def check_budget(level: Level, budget: Budget) -> None:
@@ -140,11 +227,10 @@ def confinement_gaps() -> dict[str, str]:
     """The walls of the confined level this host cannot provide, with the reason for each.
 
     Empty when the level is available. Probed once per process (namespaces are tried in a
-    throwaway child).
+    throwaway child). Cgroups are not among the walls: a confined run's runner is PID 1 of
+    the run's own PID namespace, and when it dies the kernel kills every process of the
+    namespace, so no process of the run survives it, with cgroups or without.
     """
     from runner import probe_walls
 
-    gaps = probe_walls().gaps()
-    if not cgroups_usable():
-        gaps["cgroups"] = "per-run cgroups cannot be made: no survivors cannot be guaranteed"
-    return gaps
+    return probe_walls().gaps()

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import errno
 import inspect
 import math
 import os
@@ -230,7 +231,23 @@ class _Output:
         return Output(text=text, truncated=self.total > len(self.data), total=self.total)
 
 
-def _set_rlimits(pid: int, budget: Budget, *, cpu_watched: bool) -> None:
+def _set_rlimits(pid: int, budget: Budget, *, cpu_watched: bool, in_cgroups: bool) -> None:
+    """Set the run's rlimits on its runner ``pid`` (every process it starts inherits them).
+
+    Without the run's cgroups (``in_cgroups`` false), two stand in for them (see
+    :func:`sandbox._engine._levels._enforcement`): ``RLIMIT_DATA`` for ``max_memory``, per
+    process, above what the runner holds now; ``RLIMIT_NPROC`` for ``max_processes``.
+    Neither is raised above the runner's own hard limit (only a privileged host could).
+
+    Raises:
+        OSError: a limit could not be set.
+    """
+    if not in_cgroups:
+        if budget.max_memory is not None:
+            _lower_to(pid, resource.RLIMIT_DATA, _data_held(pid) + budget.max_memory)
+        max_processes = given(budget.max_processes)
+        if max_processes is not None:
+            _lower_to(pid, resource.RLIMIT_NPROC, max_processes)
     if budget.max_cpu is not None:
         # Whole seconds, per process: the limit itself where the run's CPU time cannot be
         # watched; else only a backstop, past the point where the watcher kills the run.
@@ -242,6 +259,29 @@ def _set_rlimits(pid: int, budget: Budget, *, cpu_watched: bool) -> None:
         resource.prlimit(pid, resource.RLIMIT_NOFILE, (budget.max_open_files_per_process,) * 2)
     # A core dump of a killed program is host disk the program did not ask for.
     resource.prlimit(pid, resource.RLIMIT_CORE, (0, 0))
+
+
+def _lower_to(pid: int, which: int, limit: int) -> None:
+    """Set ``pid``'s rlimit ``which`` (soft and hard) to ``limit``, or to its hard limit
+    now if that is lower."""
+    hard = resource.prlimit(pid, which)[1]
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.prlimit(pid, which, (limit, limit))
+
+
+def _data_held(pid: int) -> int:
+    """The bytes of private memory ``pid`` holds (``VmData``: what ``RLIMIT_DATA`` counts).
+
+    Raises:
+        OSError: the process is gone, or its status says nothing of it.
+    """
+    with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as status:
+        for line in status:
+            key, _, value = line.partition(":")
+            if key == "VmData":
+                return int(value.split()[0]) * 1024  # in kB
+    raise OSError(errno.ESRCH, f"process {pid} has no VmData in its status")
 
 
 def _too_large(program: str, toolset: Toolset, level: Level) -> RunResult | None:
@@ -367,7 +407,12 @@ class _Run:
         if self.cgroups is not None:
             self.cgroups.set_limits(memory=budget.max_memory, pids=given(budget.max_processes))
         if self.process.pid is not None:
-            _set_rlimits(self.process.pid, budget, cpu_watched=self._cpu_watched())
+            _set_rlimits(
+                self.process.pid,
+                budget,
+                cpu_watched=self._cpu_watched(),
+                in_cgroups=self.cgroups is not None,
+            )
 
     async def _refused(self, reason: str) -> Ending:
         """A child that could not be made ready: no Start was sent; its stderr and exit
@@ -500,6 +545,7 @@ class _Run:
             stats=stats,
             disk_hit=m.disk_hit,
             memory_hit=m.memory_hit,
+            memory_per_process=self.cgroups is None and self.budget.max_memory is not None,
             pids_hit=m.pids_hit,
             cpu_time=m.cpu_time,
             peak_memory=m.peak_memory,

@@ -298,7 +298,9 @@ async def test_an_item_the_level_cannot_enforce_is_refused_before_spawning(
     """On a host without a memory cgroup, asking for max_memory is refused, never ignored."""
     import sandbox._engine._levels as levels
 
-    monkeypatch.setattr(levels, "_process_gaps", lambda: {"max_memory": "no memory cgroup"})
+    monkeypatch.setattr(
+        levels, "_enforcement", lambda level: ({"max_memory": "no memory cgroup"}, {})
+    )
     with pytest.raises(BudgetUnsupported, match="max_memory") as info:
         await sandbox.run("1", budget=Budget(max_memory=1 << 30))
     assert info.value.items == ["max_memory"]
