@@ -67,7 +67,10 @@ class ConfinementUnavailable(SandboxError):
 
     def __init__(self, gaps: dict[str, str]) -> None:
         detail = "; ".join(f"{wall}: {why}" for wall, why in gaps.items())
-        super().__init__(f"the confined level is not available on this host ({detail})")
+        super().__init__(
+            f"the confined level is not available on this host ({detail}); "
+            "`sandbox doctor` says how to get what is missing"
+        )
         self.gaps = gaps
 
 

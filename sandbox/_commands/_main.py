@@ -107,66 +107,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _doctor(as_json: bool) -> int:
-    from runner import probe_walls
-
-    from .._children import cgroup_support, uid_usable
-    from .._engine import confinement_gaps, unenforceable
-
-    walls = probe_walls()
-    namespaces = walls.namespaces
-    # Who a confined program is on the host: a uid of its own (None), or why not.
-    own_uid = uid_usable()
-    if as_json:
-        # Each probe is `true` where it is available, else the reason it is not (a string).
-        def available(reasons: dict[str, str | None]) -> dict[str, str | bool]:
-            return {name: True if why is None else why for name, why in reasons.items()}
-
-        report = {
-            "namespaces": available(namespaces),
-            "own_uid_per_run": True if own_uid is None else own_uid,
-            "landlock_abi": walls.landlock_abi,
-            "seccomp": True if walls.seccomp is None else walls.seccomp,
-            "cgroups": available(dict(cgroup_support())),
-            "levels": {
-                level.value: {
-                    "available": not confinement_gaps() if level is Level.CONFINED else True,
-                    "unenforceable": unenforceable(level),
-                    **({"missing_walls": confinement_gaps()} if level is Level.CONFINED else {}),
-                }
-                for level in Level
-            },
-        }
-        print(msgspec.json.format(msgspec.json.encode(report)).decode())
-        return EXIT_OK
-
-    def yes(reason: str | None) -> str:
-        return "yes" if reason is None else f"no ({reason})"
-
-    print("namespaces:")
-    for name, reason in namespaces.items():
-        print(f"  {name:8} {yes(reason)}")
-    abi = walls.landlock_abi
-    print(f"landlock:   {'ABI ' + str(abi) if abi else 'no'}")
-    print(f"seccomp:    {yes(walls.seccomp)}")
-    print("cgroups:")
-    for name, reason in cgroup_support().items():
-        print(f"  {name:8} {yes(reason)}")
-    for level in Level:
-        gaps = unenforceable(level)
-        print(f"level {level.value}:")
-        if level is Level.CONFINED:
-            missing = confinement_gaps()
-            print(f"  available: {yes('; '.join(f'{k}: {v}' for k, v in missing.items()) or None)}")
-            print(f"  a host uid of its own per run: {yes(own_uid)}")
-        if gaps:
-            for item, reason in gaps.items():
-                print(f"  refuses {item}: {reason}")
-        else:
-            print("  enforces every budget item")
-    return EXIT_OK
-
-
 def _load_tools(names: Sequence[str]) -> list[Tool]:
     return [t if isinstance(t, Tool) else Tool(t) for t in tool_objects(names)]
 
@@ -219,7 +159,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _bench(argv[1:])
         args = _parser().parse_args(argv)
         if args.command == "doctor":
-            return _doctor(args.json)
+            from ._doctor import doctor
+
+            return doctor(args.json)
         if args.command in ("serve", "agent"):
             return _extra_command(args)
         return _run(args)

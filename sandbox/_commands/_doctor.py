@@ -1,0 +1,230 @@
+"""``sandbox doctor``: what this host can enforce, level by level, what it lacks, and how
+to get what it lacks.
+
+The walls (namespaces, Landlock, seccomp) are probed by the runner's own probe, the cgroups
+by the layer that makes them; what each level then refuses (:func:`sandbox.unenforceable`)
+or enforces only by a weaker substitute (:func:`sandbox.substitutes`) is the run engine's
+word. This module adds the remedies: for each thing missing, what to change on the host
+(a sysctl, a boot parameter, systemd's ``Delegate=``), read from the host's own settings
+where they say which one is in the way.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import msgspec
+
+from ._options import EXIT_OK
+
+__all__ = ["doctor"]
+
+#: Where the host's sysctls are (a test points this elsewhere).
+_SYSCTL = Path("/proc/sys")
+#: The root of the cgroup hierarchies.
+_CGROUP = Path("/sys/fs/cgroup")
+
+
+def _sysctl(name: str) -> str | None:
+    """The value of sysctl ``name`` (``user.max_user_namespaces``), None if it has none."""
+    try:
+        return (_SYSCTL / name.replace(".", "/")).read_text().strip()
+    except OSError:
+        return None
+
+
+def _persist(setting: str) -> str:
+    return (
+        f"as root, `sysctl -w {setting}`, and to keep it across reboots, the line "
+        f"`{setting}` in a file of /etc/sysctl.d/"
+    )
+
+
+def user_namespace_remedy() -> str:
+    """How to let an ordinary user make user namespaces here (the setting in the way)."""
+    if _sysctl("user.max_user_namespaces") == "0":
+        return _persist("user.max_user_namespaces=15000")
+    if _sysctl("kernel.unprivileged_userns_clone") == "0":  # Debian's own switch
+        return _persist("kernel.unprivileged_userns_clone=1")
+    if _sysctl("kernel.apparmor_restrict_unprivileged_userns") == "1":  # Ubuntu 23.10+
+        return (
+            f"{_persist('kernel.apparmor_restrict_unprivileged_userns=0')}; or an AppArmor "
+            f"profile that grants `userns,` to {os.path.realpath(sys.executable)}"
+        )
+    return (
+        "a kernel built with CONFIG_USER_NS; in a container, a seccomp profile that allows "
+        "unshare(2) and clone(2) with namespace flags (Docker: "
+        "--security-opt seccomp=unconfined)"
+    )
+
+
+def _cgroup_remedy() -> str:
+    """How to give this host per-run cgroups (root or not, cgroup v1 or v2)."""
+    unified = (_CGROUP / "cgroup.controllers").exists()
+    if os.geteuid() == 0:
+        if unified:
+            return (
+                "this host has only the unified hierarchy (cgroup v2): the run's cgroups "
+                "need the v1 pids, freezer and memory hierarchies mounted under "
+                f"{_CGROUP}"
+            )
+        return f"mount the cgroup v1 pids, freezer and memory hierarchies under {_CGROUP}"
+    if unified:
+        return (
+            "an ordinary user makes cgroups only in a subtree delegated to it: run the host "
+            "in a systemd scope that delegates its cgroup (`systemd-run --user --scope -p "
+            "Delegate=yes .venv/bin/sandbox ...`), or give the service that runs it "
+            "`Delegate=yes`"
+        )
+    controllers = "pids freezer memory cpu cpuacct"
+    return (
+        "cgroup v1 is not delegated to ordinary users: as root, make this user a cgroup of "
+        f"its own in each hierarchy (for c in {controllers}; do mkdir "
+        f"{_CGROUP}/$c/sandbox-$USER; chown -R $USER {_CGROUP}/$c/sandbox-$USER; done) "
+        "and start the host from a shell moved into them (echo $$ | tee "
+        f"{_CGROUP}/{{{controllers.replace(' ', ',')}}}/sandbox-$USER/cgroup.procs); or boot "
+        "with the unified hierarchy (systemd.unified_cgroup_hierarchy=1), where systemd "
+        "delegates one"
+    )
+
+
+def remedies(
+    namespaces: dict[str, str | None],
+    landlock_abi: int,
+    seccomp: str | None,
+    cgroups: dict[str, str | None],
+    own_uid: str | None,
+) -> dict[str, str]:
+    """For each thing this host lacks, how to get it (nothing: it lacks nothing)."""
+    how: dict[str, str] = {}
+    if namespaces.get("user") is not None:
+        how["user namespace"] = user_namespace_remedy()
+    for name, why in namespaces.items():
+        if why is not None and name != "user":
+            how[f"{name} namespace"] = (
+                f"a kernel built with CONFIG_{name.upper()}_NS; in a container, one allowed "
+                "to make namespaces"
+            )
+    if landlock_abi < 1:
+        how["landlock"] = (
+            "Linux 5.13 or later built with CONFIG_SECURITY_LANDLOCK, with landlock among "
+            "the active security modules (/sys/kernel/security/lsm; the lsm= boot parameter)"
+        )
+    if seccomp is not None:
+        how["seccomp"] = (
+            "a kernel built with CONFIG_SECCOMP_FILTER; in a container, a seccomp profile "
+            "that allows seccomp(2)"
+        )
+    if any(why is not None for why in cgroups.values()):
+        how["cgroups"] = (
+            f"{_cgroup_remedy()}. Without them, memory is limited per process, not per run "
+            "(see each level's substitutes)"
+        )
+    if own_uid is not None:
+        how["a host uid of its own per run"] = (
+            "run the host as root (it gives each confined run an unprivileged uid of its "
+            "own); as an ordinary user every run is that user's uid, sharing its per-user "
+            "kernel quotas"
+        )
+    return how
+
+
+def _survivors(level_value: str, cgroups_ok: bool) -> str:
+    """How the level ends every process a run started, here."""
+    if level_value == "confined":
+        pid_one = (
+            "the run's PID namespace: its runner is PID 1, and when PID 1 dies the kernel "
+            "kills every process of the namespace"
+        )
+        return f"the run's cgroups, and {pid_one}" if cgroups_ok else pid_one
+    if cgroups_ok:
+        return "the run's cgroups"
+    return (
+        "the runner's process tree: the runner and the zygote are subreapers, so every "
+        "process the program starts stays in it, and it is killed until empty"
+    )
+
+
+def doctor(as_json: bool) -> int:
+    """Print the report (as JSON with ``as_json``); the exit code (always 0)."""
+    from runner import probe_walls
+
+    from .._children import cgroup_support, uid_usable
+    from .._engine import Level, cgroups_usable, confinement_gaps, substitutes, unenforceable
+
+    walls = probe_walls()
+    namespaces = walls.namespaces
+    cgroups = dict(cgroup_support())
+    # Who a confined program is on the host: a uid of its own (None), or why not.
+    own_uid = uid_usable()
+    how = remedies(namespaces, walls.landlock_abi, walls.seccomp, cgroups, own_uid)
+    cgroups_ok = cgroups_usable()
+    if as_json:
+        # Each probe is `true` where it is available, else the reason it is not (a string).
+        def available(reasons: dict[str, str | None]) -> dict[str, str | bool]:
+            return {name: True if why is None else why for name, why in reasons.items()}
+
+        report = {
+            "namespaces": available(namespaces),
+            "own_uid_per_run": True if own_uid is None else own_uid,
+            "landlock_abi": walls.landlock_abi,
+            "seccomp": True if walls.seccomp is None else walls.seccomp,
+            "cgroups": available(cgroups),
+            "levels": {
+                level.value: {
+                    "available": not confinement_gaps() if level is Level.CONFINED else True,
+                    "unenforceable": unenforceable(level),
+                    "substitutes": substitutes(level),
+                    **(
+                        {
+                            "missing_walls": confinement_gaps(),
+                            "no_survivors": _survivors(level.value, cgroups_ok),
+                        }
+                        if level is not Level.IN_PROCESS
+                        else {}
+                    ),
+                }
+                for level in Level
+            },
+            "missing": how,
+        }
+        print(msgspec.json.format(msgspec.json.encode(report)).decode())
+        return EXIT_OK
+
+    def yes(reason: str | None) -> str:
+        return "yes" if reason is None else f"no ({reason})"
+
+    print("namespaces:")
+    for name, reason in namespaces.items():
+        print(f"  {name:8} {yes(reason)}")
+    abi = walls.landlock_abi
+    print(f"landlock:   {'ABI ' + str(abi) if abi else 'no'}")
+    print(f"seccomp:    {yes(walls.seccomp)}")
+    print("cgroups:")
+    for name, reason in cgroups.items():
+        print(f"  {name:8} {yes(reason)}")
+    for level in Level:
+        gaps = unenforceable(level)
+        weaker = substitutes(level)
+        print(f"level {level.value}:")
+        if level is Level.CONFINED:
+            missing = confinement_gaps()
+            print(f"  available: {yes('; '.join(f'{k}: {v}' for k, v in missing.items()) or None)}")
+            print(f"  a host uid of its own per run: {yes(own_uid)}")
+        if level is not Level.IN_PROCESS:
+            print(f"  no survivors, by {_survivors(level.value, cgroups_ok)}")
+        for item, reason in gaps.items():
+            print(f"  refuses {item}: {reason}")
+        for item, reason in weaker.items():
+            print(f"  enforces {item} {reason}")
+        if not gaps and not weaker:
+            print("  enforces every budget item")
+    if how:
+        print("missing here, and how to get it:")
+        for name, remedy in how.items():
+            print(f"  {name}: {remedy}")
+    else:
+        print("missing here: nothing")
+    return EXIT_OK
