@@ -27,11 +27,14 @@ are the run's *remains*, cleared in the background (:mod:`sandbox._children._rem
 bounded, and waited for when the host or a pool closes. Only a runner that died without
 answering is waited for (briefly), as its exit status is what explains its death.
 
-Without cgroups (a host that cannot make them), the runner is the subreaper that holds
-every process of the run in its tree: the host kills that tree but the runner, closes the
-start channel, stops the runner (SIGTERM, a grace period, SIGKILL; PID 1 of a confined
-run straight to SIGKILL), kills whatever is left, and waits for the zygote's report that
-it reaped the runner, before returning.
+Without cgroups (a host that cannot make them: an ordinary user's), the runner is the
+subreaper that holds every process of the run in its tree: the host kills that tree but
+the runner, closes the start channel, stops the runner (SIGTERM, a grace period,
+SIGKILL), kills whatever is left, and waits for the zygote's report that it reaped the
+runner, before returning. A confined runner is PID 1 of the run's PID namespace: one
+SIGKILL to it ends every process of the run, and the report of its reaping comes once
+they are all gone. Without cgroups, two rlimits stand in for their limits
+(``RLIMIT_DATA``, ``RLIMIT_NPROC``: :func:`_set_rlimits`).
 """
 
 from __future__ import annotations
@@ -620,9 +623,19 @@ class _Run:
             m.cpu_time, m.peak_memory = exited.utime + exited.stime, exited.maxrss
 
     async def _stop_tree(self, *, answered: bool) -> None:
-        """The end without cgroups: the runner holds the run's processes in its tree."""
+        """The end without cgroups: the runner holds the run's processes in its tree (at
+        ``confined``, in its PID namespace)."""
         process = self.process
         pid = process.pid
+        if self.level is Level.CONFINED and pid is not None:
+            # PID 1 of the run's own PID namespace: when it dies, the kernel kills every
+            # process of the namespace, and reaps them before PID 1 can be reaped. One
+            # signal, however many processes a fork bomb made, and no tree to walk.
+            self.start_ch.close()
+            if not process.exit_seen():
+                self._signal_runner(signal.SIGKILL)
+            await process.wait_exit(_CLEANUP_DEADLINE)
+            return
         if pid is not None and not process.exit_seen():
             kill_tree(pid)  # everything the program started, while the runner holds it
         self.start_ch.close()  # the runner may go now
