@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 # `make demo` needs the package alone: no test, lint or benchmark tools.
 DEMO_STAMP := $(VENV)/.installed-demo
 
-.PHONY: demo test check lint typecheck pytest pytest-fast bench clean
+.PHONY: demo test check lint typecheck pytest pytest-fast test-nonroot bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -58,6 +58,25 @@ pytest: $(STAMP)
 
 pytest-fast: $(STAMP)
 	SANDBOX_TESTS=fast $(PYTEST) $(PYTEST_ARGS)
+
+# The confined, budget and hostile tests, as an ordinary user (CI: `.ci/run` makes one).
+# It writes nothing into the checkout: no pytest cache, no bytecode, Hypothesis's examples
+# in a temporary directory. Run as root, it would test nothing new: it refuses.
+NONROOT_TESTS := tests/sandbox/test_nonroot.py tests/sandbox/test_confined.py \
+	tests/sandbox/test_seccomp_confined.py tests/sandbox/test_between_runs.py \
+	tests/sandbox/test_budget.py tests/sandbox/test_hostile.py \
+	tests/sandbox/test_wire_hostile.py tests/sandbox/test_exit.py \
+	tests/sandbox/test_program_size.py tests/runner/test_namespaces.py \
+	tests/runner/test_landlock.py tests/runner/test_seccomp.py
+
+test-nonroot: $(STAMP)
+	@if [ "$$(id -u)" = 0 ]; then \
+	  echo "test-nonroot: run it as an ordinary user (as root: runuser -u USER -- make test-nonroot)" >&2; \
+	  exit 2; \
+	fi
+	scratch=$$(mktemp -d) && trap 'rm -rf "$$scratch"' EXIT && \
+	PYTHONDONTWRITEBYTECODE=1 HYPOTHESIS_STORAGE_DIRECTORY=$$scratch/hypothesis \
+	$(PYTEST) -p no:cacheprovider $(NONROOT_TESTS) $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.bench_wire
