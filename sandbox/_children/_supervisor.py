@@ -500,6 +500,9 @@ class Pool:
         self.size = size
         self._idle: dict[tuple[bool, bool, int | None], deque[Child]] = {}
         self._lock = threading.Lock()
+        # Children being made for the pool, outside the lock; close() waits for them.
+        self._making = 0
+        self._made = threading.Condition(self._lock)
         self._closed = False
         _pools.add(self)
 
@@ -563,17 +566,30 @@ class Pool:
                 idle = self._idle.setdefault(kind, deque())
                 if self._closed or len(idle) >= self.size:
                     return
+                self._making += 1
             try:
-                child = self._make(kind)
-            except SpawnFailed:
-                return
-            with self._lock:
-                kept = not self._closed
-                if kept:
-                    idle.append(child)
-            if not kept:
-                child.discard()  # the pool closed while the child was being made
-                return
+                if not self._make_one(kind, idle):
+                    return
+            finally:
+                with self._lock:
+                    self._making -= 1
+                    self._made.notify_all()
+
+    def _make_one(self, kind: tuple[bool, bool, int | None], idle: deque[Child]) -> bool:
+        """Make a child and add it to ``idle``; False if it could not be made, or if the
+        pool closed meanwhile (the child is then discarded, before :meth:`close` is told
+        it may go on)."""
+        try:
+            child = self._make(kind)
+        except SpawnFailed:
+            return False
+        with self._lock:
+            kept = not self._closed
+            if kept:
+                idle.append(child)
+        if not kept:
+            child.discard()
+        return kept
 
     def idle(self) -> list[Child]:
         """The idle children (for measurements and tests)."""
@@ -601,6 +617,8 @@ class Pool:
             self._closed = True
             children = [child for idle in self._idle.values() for child in idle]
             self._idle.clear()
+            # A child being made now is discarded by its maker once made: wait for that.
+            self._made.wait_for(lambda: self._making == 0, _CLEAR_DEADLINE)
         _pools.discard(self)
         for child in children:
             child.discard()

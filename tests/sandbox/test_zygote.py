@@ -163,6 +163,44 @@ async def test_a_run_never_waits_for_a_child_being_made(monkeypatch: pytest.Monk
         assert len(pool.idle()) == 2
 
 
+def test_closing_a_pool_waits_for_the_child_being_made(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A child the background is making when the pool closes is discarded, and close()
+    returns only once it is: nothing of it is left for the host to find."""
+    held = threading.Event()
+    making = threading.Event()
+    made: list[Child] = []
+    real_make = Pool._make
+
+    def make(kind: tuple[bool, bool, int | None]) -> Child:
+        making.set()
+        held.wait(30)
+        child = real_make(kind)
+        made.append(child)
+        return child
+
+    monkeypatch.setattr(Pool, "_make", staticmethod(make))
+    pool = Pool(size=1)
+    kind = (False, cgroups_usable(), None)
+    refill = threading.Thread(target=pool.refill, args=kind)
+    closer = threading.Thread(target=pool.close)
+    try:
+        refill.start()
+        assert making.wait(30)
+        closer.start()
+        closer.join(1.0)
+        assert closer.is_alive()  # waits for the child being made
+    finally:
+        held.set()
+        refill.join(30)
+        closer.join(30)
+    assert not closer.is_alive()
+    assert pool.idle() == []
+    (child,) = made
+    assert child.process.pid is not None
+    with contextlib.suppress(psutil.NoSuchProcess):
+        assert not still_running(psutil.Process(child.process.pid))
+
+
 async def test_pool_and_spawn_arguments_are_checked() -> None:
     with pytest.raises(ValueError):
         Pool(size=0)
