@@ -135,6 +135,7 @@ LAYERS: dict[str, int] = {
     "_engine": 2,
     "plane": 3,
     "agent": 4,
+    "upstream": 4,
     "_commands": 5,
 }
 
