@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 # `make demo` needs the package alone: no test, lint or benchmark tools.
 DEMO_STAMP := $(VENV)/.installed-demo
 
-.PHONY: demo test check lint typecheck pytest pytest-fast test-nonroot bench clean
+.PHONY: demo test check lint typecheck pytest pytest-fast test-nonroot bench upstreams clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -77,6 +77,21 @@ test-nonroot: $(STAMP)
 	scratch=$$(mktemp -d) && trap 'rm -rf "$$scratch"' EXIT && \
 	PYTHONDONTWRITEBYTECODE=1 HYPOTHESIS_STORAGE_DIRECTORY=$$scratch/hypothesis \
 	$(PYTEST) -p no:cacheprovider $(NONROOT_TESTS) $(PYTEST_ARGS)
+
+# The real MCP servers tests/upstream runs programs against, at pinned versions, outside the
+# checkout (tests/upstream/servers.py finds them there): three from npm (Node.js 18 or
+# later) and mcp-server-time from PyPI, in a virtualenv of its own (it wants mcp 1).
+UPSTREAMS ?= $(or $(SANDBOX_UPSTREAMS),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/sandbox/upstreams)
+NPM_UPSTREAMS := @modelcontextprotocol/server-filesystem@2026.8.31 \
+	@modelcontextprotocol/server-memory@2026.8.31 \
+	@modelcontextprotocol/server-everything@2026.8.31
+PYPI_UPSTREAMS := mcp-server-time==2026.10.19
+
+upstreams:
+	mkdir -p $(UPSTREAMS)
+	npm install --prefix $(UPSTREAMS) --no-audit --no-fund --save-exact $(NPM_UPSTREAMS)
+	test -x $(UPSTREAMS)/python/bin/python || $(PY) -m venv $(UPSTREAMS)/python
+	$(UPSTREAMS)/python/bin/python -m pip install --quiet $(PYPI_UPSTREAMS)
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.bench_wire
