@@ -21,7 +21,7 @@ import msgspec
 
 from protocol import Kind
 
-from .._engine import Level, Tool, Toolset, run_sync
+from .._engine import Level, Tool, Toolset
 from .._errors import SandboxError
 from .._result import RunResult
 from .._text import printable, printable_json
@@ -43,6 +43,7 @@ from ._options import (
     tool_objects,
     tools_option,
 )
+from ._upstream import add_describe_parser, describe, mcp_options, run_with_mcp
 from ._version import package_version
 
 __all__ = ["main"]
@@ -84,6 +85,7 @@ def _parser() -> argparse.ArgumentParser:
         "refused true and the error)",
     )
     budget_options(r)
+    mcp_options(r)
     sub.add_parser(
         "bench",
         help="run the isolation-overhead study (a source checkout's benchmarks/study.py)",
@@ -104,6 +106,7 @@ def _parser() -> argparse.ArgumentParser:
     from ._agent import add_agent_parser
 
     add_agent_parser(sub)
+    add_describe_parser(sub)
     return parser
 
 
@@ -162,6 +165,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from ._doctor import doctor
 
             return doctor(args.json)
+        if args.command == "describe":
+            return describe(args)
         if args.command in ("serve", "agent"):
             return _extra_command(args)
         return _run(args)
@@ -197,7 +202,8 @@ def _run(args: argparse.Namespace) -> int:
         # The program's output is shown as it comes (in_process: it writes to this
         # process's own streams already; --json: only the document goes to stdout).
         echo = None if args.json or args.level == Level.IN_PROCESS else _Echo()
-        result = run_sync(
+        result = run_with_mcp(
+            args,
             source,
             tools=toolset,
             budget=budget,

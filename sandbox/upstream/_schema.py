@@ -97,10 +97,25 @@ def _identifier(name: str) -> bool:
 class _Namer:
     """Names and collects the TypedDicts one tool's stub needs."""
 
-    def __init__(self, prefix: str) -> None:
+    def __init__(self, prefix: str, root: dict[str, Any]) -> None:
         self.prefix = prefix
+        self.root = root
+        self.refs: dict[str, str] = {}
         self.classes: list[str] = []
         self._taken: set[str] = set()
+
+    def resolve(self, ref: str) -> Any:
+        """What a local ``$ref`` (``#/$defs/Name``) points at in the schema being read;
+        None (read as ``Any``) for any other reference."""
+        if not ref.startswith("#/"):
+            return None
+        node: Any = self.root
+        for part in ref[2:].split("/"):
+            part = part.replace("~1", "/").replace("~0", "~")
+            if not isinstance(node, dict) or part not in node:
+                return None
+            node = node[part]
+        return node
 
     def name(self, hint: str) -> str:
         base = self.prefix + "".join(w[:1].upper() + w[1:] for w in _words(hint))
@@ -129,6 +144,13 @@ def annotation(schema: Any, namer: _Namer, hint: str, depth: int = 0) -> str:
     TypedDicts collected by ``namer``)."""
     if not isinstance(schema, dict) or depth > 6:
         return "Any"
+    ref = schema.get("$ref")
+    if isinstance(ref, str):
+        if ref not in namer.refs:
+            namer.refs[ref] = "Any"  # while it is read: a schema that refers to itself
+            target = namer.resolve(ref)
+            namer.refs[ref] = annotation(target, namer, ref.rsplit("/", 1)[-1], depth + 1)
+        return namer.refs[ref]
     if "const" in schema:
         return f"Literal[{schema['const']!r}]"
     if isinstance(schema.get("enum"), list) and schema["enum"]:
@@ -175,9 +197,9 @@ def _typed_dict(schema: dict[str, Any], namer: _Namer, hint: str, depth: int) ->
         kind = annotation(sub, namer, f"{hint} {prop}", depth + 1)
         if required and prop not in required:
             kind = f"NotRequired[{kind}]"
-        lines.append(f"    {prop}: {kind}")
         if isinstance(sub, dict) and isinstance(sub.get("description"), str):
             lines.append(f"    {_comment(sub['description'])}")
+        lines.append(f"    {prop}: {kind}")
     namer.classes.append("\n".join(lines))
     return name
 
@@ -203,7 +225,8 @@ def stub(
     first, optional ones keyword-only with ``= None`` unless the schema gives a default),
     its return type from ``output_schema`` (without one: the text or content blocks, see
     :mod:`sandbox.upstream`), its docstring from ``description`` and ``notes``."""
-    namer = _Namer("".join(w[:1].upper() + w[1:] for w in _words(name)))
+    prefix = "".join(w[:1].upper() + w[1:] for w in _words(name))
+    namer = _Namer(prefix, input_schema)
     props, required = _properties(input_schema)
     params: list[str] = []
     optional: list[str] = []
@@ -228,11 +251,10 @@ def stub(
         params.extend(optional)
     if more:
         params.append("**more: Any")
-    returns = (
-        annotation(output_schema, namer, "result", 0)
-        if isinstance(output_schema, dict)
-        else "str | list[dict[str, Any]]"
-    )
+    returns = "str | list[dict[str, Any]]"
+    if isinstance(output_schema, dict):
+        namer.root, namer.refs = output_schema, {}
+        returns = annotation(output_schema, namer, "result", 0)
     doc = description.strip() or "(no description)"
     if arg_docs:
         doc += "\n\nArgs:\n" + "\n".join(arg_docs)
