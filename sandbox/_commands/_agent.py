@@ -46,6 +46,7 @@ from ._options import (
     tool_objects,
     tools_option,
 )
+from ._upstream import Held, holding, mcp_options, upstreams_of
 
 __all__ = ["add_agent_parser", "agent", "read_trajectory"]
 
@@ -236,6 +237,7 @@ def add_agent_parser(sub: Any) -> None:
     level_option(a, default=Level.CONFINED, child_levels_only=True)
     tools_option(a)
     budget_options(a)
+    mcp_options(a)
     a.add_argument("--deny", action="append", default=[], metavar="TOOL", help="refuse TOOL")
     a.add_argument("--approve", action="store_true", help="ask before every tool call")
     a.add_argument("--trajectory", type=Path, metavar="FILE", help="write the steps here (JSONL)")
@@ -278,6 +280,7 @@ def agent(args: argparse.Namespace) -> int:
         found = tool_objects(args.tools)
         resumed = read_trajectory(args.resume) if args.resume is not None else []
         task = args.task or _task_of(args.resume)
+        upstreams_of(args)  # refuse bad --mcp options before the model is called
     except UsageError as exc:
         print(f"sandbox agent: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -286,6 +289,7 @@ def agent(args: argparse.Namespace) -> int:
         return EXIT_SANDBOX
 
     denied = set(args.deny)
+    held = Held()
 
     def policy(call: plane.Call, tool: plane.ToolInfo, facts: plane.Facts) -> plane.Decision:
         if call.tool in denied:
@@ -294,7 +298,7 @@ def agent(args: argparse.Namespace) -> int:
 
     async def main() -> int:
         executor = plane.InProcess(
-            [*tools_from(found), plane.ProgramTool(level=level, budget=budget)]
+            [*tools_from(found), *held.tools(), plane.ProgramTool(level=level, budget=budget)]
         )
         trajectory_path = args.trajectory or args.resume
         out = _append(trajectory_path or Path(os.devnull))
@@ -312,7 +316,7 @@ def agent(args: argparse.Namespace) -> int:
             if dump is not None:
                 caller = DumpCaller(caller, dump)
             context = ContextWindow(
-                system=SYSTEM,
+                system=SYSTEM + held.prompt(),
                 task=task,
                 max_tokens=args.context_tokens,
                 output_limit=args.output_tokens,
@@ -348,9 +352,12 @@ def agent(args: argparse.Namespace) -> int:
                 dump.close()
 
     try:
-        return anyio.run(main)
+        return anyio.run(holding, args, held, main)
     except KeyboardInterrupt:
         return EXIT_UNFINISHED
+    except SandboxError as exc:  # an upstream that could not start
+        print(f"sandbox: {exc}", file=sys.stderr)
+        return EXIT_SANDBOX
 
 
 def _verifier(command: str, timeout: float) -> Callable[[], Awaitable[VerifyResult]]:

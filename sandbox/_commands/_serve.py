@@ -6,7 +6,7 @@ import argparse
 import math
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import anyio
@@ -31,6 +31,7 @@ from ._options import (
     tool_objects,
     tools_option,
 )
+from ._upstream import Held, holding, mcp_options, upstreams_of
 from ._version import package_version
 
 __all__ = ["add_serve_parser", "serve", "tools_from"]
@@ -143,6 +144,7 @@ def add_serve_parser(sub: Any) -> None:
         help="the workspace's root, told to clients (default: not told)",
     )
     budget_options(s)
+    mcp_options(s)
 
 
 def tools_from(found: Sequence[Any]) -> list[Tool]:
@@ -179,9 +181,12 @@ def serve(args: argparse.Namespace) -> int:
             raise ConfinementUnavailable(gaps)
         spawn = spawn_of(args)
         program = not args.no_program
+        upstreams_of(args)  # refuse bad --mcp options now, not once serving
+        held = Held()
+        upstream: list[Tool] = []  # as listed when serving starts: the capability names them
 
         def make(budget: Budget) -> list[Tool]:
-            tools = tools_from(found)
+            tools = [*tools_from(found), *upstream]
             if program:
                 tools.append(ProgramTool(level=level, budget=budget, spawn=spawn))
             return tools
@@ -191,15 +196,26 @@ def serve(args: argparse.Namespace) -> int:
         descriptor = Descriptor(
             kind=args.kind, ref=args.ref or socket.gethostname(), root=args.root
         )
-        server = ExecutorServer(
-            make,
-            ceilings=ceilings,
-            descriptor=descriptor,
-            version=package_version(),
-            level=level.value,
-        )
+
+        def serving(run: Callable[[ExecutorServer], Awaitable[None]]) -> None:
+            """Connect the upstreams, then build the server (its capability names their
+            tools) and serve until the end."""
+
+            async def body() -> None:
+                upstream[:] = held.tools()
+                server = ExecutorServer(
+                    make,
+                    ceilings=ceilings,
+                    descriptor=descriptor,
+                    version=package_version(),
+                    level=level.value,
+                )
+                await run(server)
+
+            anyio.run(holding, args, held, body)
+
         if args.http is None:
-            anyio.run(server.serve_stdio)
+            serving(lambda server: server.serve_stdio())
             return EXIT_OK
         host, port = _address(args.http)
         token = None
@@ -217,7 +233,7 @@ def serve(args: argparse.Namespace) -> int:
         def ready(url: str) -> None:
             print(f"sandbox: serving {url}", file=sys.stderr, flush=True)
 
-        async def main() -> None:
+        async def main(server: ExecutorServer) -> None:
             await server.serve_http(
                 host,
                 port,
@@ -232,7 +248,7 @@ def serve(args: argparse.Namespace) -> int:
                 ready=ready,
             )
 
-        anyio.run(main)
+        serving(main)
     except UsageError as exc:
         print(f"sandbox serve: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

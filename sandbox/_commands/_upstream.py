@@ -22,8 +22,10 @@ if TYPE_CHECKING:
     from ..upstream import Upstream, Upstreams
 
 __all__ = [
+    "Held",
     "add_describe_parser",
     "describe",
+    "holding",
     "mcp_options",
     "opened",
     "run_with_mcp",
@@ -169,3 +171,39 @@ def _guarded(args: argparse.Namespace, main: Callable[[argparse.Namespace], Awai
     except (SandboxError, OSError) as exc:
         print(f"sandbox: {exc}", file=sys.stderr)
         return EXIT_SANDBOX
+
+
+class Held:
+    """The upstreams of a long-lived command (``serve``, ``agent``), once connected: their
+    tools for each session's executor, and their stubs for a model's prompt."""
+
+    def __init__(self) -> None:
+        self.up: Upstreams | None = None
+
+    def tools(self) -> list[Any]:
+        """Their tools as last listed (a changed list shows in the next session)."""
+        return list(self.up.tools()) if self.up is not None else []
+
+    def prompt(self) -> str:
+        """Their stubs, as a section of a system prompt ("" without upstreams)."""
+        if self.up is None:
+            return ""
+        return (
+            "\n\nThe host tools from upstream MCP servers, as Python stubs (call them from "
+            "run_program):\n```python\n" + self.up.describe() + "```"
+        )
+
+
+async def holding(args: argparse.Namespace, held: Held, body: Callable[[], Awaitable[T]]) -> T:
+    """Runs ``body`` with the options' upstreams connected and in ``held``; closes them
+    after.
+
+    Raises:
+        UpstreamError: one could not start or did not answer.
+    """
+    async with opened(args) as up:
+        held.up = up
+        try:
+            return await body()
+        finally:
+            held.up = None
