@@ -100,6 +100,32 @@ async def test_upstream_calls_count_against_max_calls() -> None:
     assert r.kind is Kind.LIMIT
 
 
+async def test_upstream_calls_count_against_max_bytes_and_the_inflight_cap(
+    tmp_path: Path,
+) -> None:
+    """Result bytes count against max_bytes; calls over the in-flight cap fail ``limit`` at
+    once, never sent upstream."""
+    async with Upstreams([fake("hang", tmp_path / "log")]) as up:
+        big = await sandbox.run(
+            "await host.fake__echo(text='x' * 1000)",
+            tools=up.host_tools(),
+            budget=sandbox.Budget(max_bytes=100),
+        )
+        capped = await sandbox.run(
+            "import asyncio\n"
+            "got = await asyncio.gather(*(host.fake__hang() for _ in range(4)),"
+            " return_exceptions=True)\n"
+            "sorted(e.kind for e in got)",
+            tools=up.host_tools(),
+            budget=sandbox.Budget(max_inflight=2, max_call_deadline=1.0),
+        )
+    assert not big.ok
+    assert big.kind is Kind.LIMIT
+    assert capped.ok, capped.error
+    assert capped.value == ["limit", "limit", "transient", "transient"]
+    assert (tmp_path / "log").read_text().count("hanging") == 2
+
+
 async def test_a_crash_mid_call_fails_it_and_the_next_call_reconnects(tmp_path: Path) -> None:
     """A server that dies during a call fails that call ``transient`` (it is not sent
     again); the next call starts the server again."""
