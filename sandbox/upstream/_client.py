@@ -386,8 +386,9 @@ class _Server:
             conn.lost.set()
             raise UpstreamError(f"{self.label} did not answer within {timeout:g} s{self._stderr()}")
         if conn.error is not None:
+            verb = "reached" if self.spec.url else "started"
             raise UpstreamError(
-                f"{self.label} could not be started: {_describe(conn.error)}{self._stderr()}"
+                f"{self.label} could not be {verb}: {_describe(conn.error)}{self._stderr()}"
             )
         return conn
 
@@ -520,6 +521,15 @@ class _Server:
         except (RuntimeError, ValueError) as exc:  # a result the SDK refuses (output schema)
             raise CallError(
                 Kind.RAISED, f"{tool.name}: a bad result from {self.label}: {exc}"
+            ) from None
+        except Exception as exc:
+            if not (isinstance(exc, OSError) or type(exc).__module__.startswith("httpx")):
+                raise
+            conn.lost.set()
+            raise CallError(
+                Kind.TRANSIENT,
+                f"{tool.name}: unavailable: the connection to {self.label} failed during the "
+                f"call ({type(exc).__name__}: {exc}; not sent again)",
             ) from None
         if not isinstance(got, types.CallToolResult):
             raise CallError(Kind.RAISED, f"{tool.name}: {self.label} gave no tool result")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 from typing import Any
@@ -218,6 +219,24 @@ async def test_upstream_over_streamable_http() -> None:
             )
     assert r.ok, r.error
     assert r.value == {"result": "over http"}
+
+
+async def test_an_http_upstream_that_restarts_is_dialed_again() -> None:
+    """An HTTP upstream that went away fails the call (``transient``) and is dialed again
+    on a later call once it is back."""
+    port = free_port()
+    with contextlib.ExitStack() as stack:
+        url = stack.enter_context(http_server([*FAKE, "http", str(port)], port))
+        async with Upstreams([http(url, name="web")]) as up:
+            first = (await up.call("web__pid", {}))[0]["result"]
+            stack.close()  # the server ends
+            with pytest.raises(CallError) as caught:
+                await up.call("web__pid", {})
+            assert caught.value.kind is Kind.TRANSIENT
+            with http_server([*FAKE, "http", str(port)], port):
+                second = (await up.call("web__pid", {}))[0]["result"]
+            assert up.connections("web") >= 2
+    assert first != second
 
 
 async def test_upstream_tools_in_an_executor_are_decided_by_the_session() -> None:
