@@ -6,7 +6,8 @@ behaves beyond its ordinary tools:
 * ``crash``: ``crash()`` ends the process while the call is in flight;
 * ``hang``: ``hang()`` never answers (until it is cancelled, which it records in the
   file ``FAKE_UPSTREAM_LOG`` names);
-* ``changing``: ``grow()`` adds a tool ``added`` and says the tool list changed.
+* ``changing``: ``grow()`` adds a tool ``added`` and says the tool list changed;
+* ``clash``: tools ``get-sum`` and ``get_sum``, one binding apart.
 """
 
 from __future__ import annotations
@@ -84,6 +85,19 @@ if MODE == "changing":
         server.add_tool(added, name="added")
         await ctx.session.send_tool_list_changed()
         return "grown"
+
+
+if MODE == "clash":
+
+    @server.tool(name="get-sum")
+    def get_sum_dashed(a: int, b: int) -> int:
+        """a + b."""
+        return a + b
+
+    @server.tool(name="get_sum")
+    def get_sum(a: int, b: int) -> int:
+        """a + b, again."""
+        return a + b
 
 
 if __name__ == "__main__":

@@ -197,6 +197,15 @@ async def test_an_upstream_that_cannot_start_is_named() -> None:
     assert sys.executable in str(caught.value)
 
 
+async def test_two_tools_bound_to_one_name_are_refused() -> None:
+    """Tools whose names differ only in characters a binding cannot hold are refused,
+    naming both, rather than one hiding the other."""
+    with pytest.raises(UpstreamError) as caught:
+        async with Upstreams([fake("clash")]):
+            pass
+    assert "'get-sum' and 'get_sum' are both bound as fake__get_sum" in str(caught.value)
+
+
 async def test_an_upstream_that_does_not_answer_is_named() -> None:
     """A server that never answers initialize fails within the connect timeout, named."""
     silent = stdio([sys.executable, "-c", "import time; time.sleep(60)"], name="silent")
