@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import psutil
 import pytest
 
 import sandbox
@@ -39,6 +40,21 @@ async def test_a_program_calls_upstream_tools_as_host_tools() -> None:
     assert r.ok, r.error
     assert r.value == [{"result": "abab"}, {"result": "c"}]
     assert r.calls == 2
+
+
+async def test_servers_are_ended_when_the_upstreams_close() -> None:
+    """Leaving the context ends every stdio server it started, the restarted ones too."""
+    async with Upstreams([fake(name="a"), fake(name="b")]) as up:
+        pids = [(await up.call(f"{n}__pid", {}))[0]["result"] for n in ("a", "b")]
+        assert all(psutil.pid_exists(p) for p in pids)
+    await eventually(lambda: not any(_running(p) for p in pids))
+
+
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 async def test_arguments_against_the_input_schema_are_invalid_in_the_program() -> None:
