@@ -173,12 +173,19 @@ class Start(Message, frozen=True, kw_only=True, omit_defaults=True, gc=False):
             empty list (a nil slice); it means no bindings.
         budget: what the parent asks of the run.
         result_id: echoed in the Result, so a Result cannot be taken for another run's.
+        argv: the program's command line, as a Python program reads it in ``sys.argv``:
+            its name (shown in its tracebacks), then its arguments. Empty (and left off
+            the wire) means no arguments and the runner's placeholder name,
+            ``<program>`` (a Go peer's ``[]string`` tagged ``omitempty`` writes it so). A
+            field added after the seed's, as its last: a peer that does not know it
+            ignores it.
     """
 
     program: str
     bindings: tuple[StartBinding, ...] | None
     budget: StartBudget
     result_id: _Id
+    argv: tuple[str, ...] = ()
 
 
 class Result(Message, frozen=True, kw_only=True, omit_defaults=True, gc=False):

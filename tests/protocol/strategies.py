@@ -135,6 +135,7 @@ def starts() -> st.SearchStrategy[Start]:
         bindings=st.none() | st.lists(start_bindings(), max_size=4).map(tuple),
         budget=start_budgets(),
         result_id=ids(),
+        argv=st.lists(texts(max_size=20), max_size=3).map(tuple),
     )
 
 

@@ -112,10 +112,19 @@ def test_a_stream_of_mixed_messages_round_trips_in_any_chunking(
 _ORDER: Final[dict[type[Message], list[str]]] = {
     Request: ["v", "id", "tool", "args", "deadline_ms"],
     Response: ["v", "id", "ok", "value", "kind", "error"],
-    Start: ["v", "program", "bindings", "budget", "result_id"],
+    Start: ["v", "program", "bindings", "budget", "result_id", "argv"],
     Result: ["v", "result_id", "ok", "value", "kind", "error", "calls", "bytes"],
 }
-_OMITEMPTY: Final = {"deadline_ms", "value", "kind", "error", "calls", "bytes", "signature"}
+_OMITEMPTY: Final = {
+    "deadline_ms",
+    "value",
+    "kind",
+    "error",
+    "calls",
+    "bytes",
+    "signature",
+    "argv",
+}
 # max_inflight is not in the seed's Go struct: it comes after its fields, omitempty as they are.
 _BUDGET_ORDER: Final = ["wall_clock", "max_calls", "max_bytes", "max_memory", "max_inflight"]
 
@@ -123,7 +132,7 @@ _BUDGET_ORDER: Final = ["wall_clock", "max_calls", "max_bytes", "max_memory", "m
 def _go_keys(
     order: list[str], obj: msgspec.Struct, omitempty: set[str] | frozenset[str]
 ) -> list[str]:
-    return [k for k in order if k not in omitempty or getattr(obj, k) not in ("", 0, None)]
+    return [k for k in order if k not in omitempty or getattr(obj, k) not in ("", 0, None, ())]
 
 
 @given(messages())
@@ -232,6 +241,20 @@ GOLDEN: Final[list[tuple[str, Message, bytes]]] = [
         Start(v=1, program="1+1", bindings=None, budget=StartBudget(), result_id="r"),
         b"\x00\x00\x00\x43"
         rb'{"v":1,"program":"1+1","bindings":null,"budget":{},"result_id":"r"}',
+    ),
+    (
+        "start_argv",
+        Start(
+            v=1,
+            program="import sys\nsys.argv",
+            bindings=(),
+            budget=StartBudget(),
+            result_id="r",
+            argv=("prog.py", "--n", "3"),
+        ),
+        b"\x00\x00\x00\x6f"
+        rb'{"v":1,"program":"import sys\nsys.argv","bindings":[],"budget":{},"result_id":"r",'
+        rb'"argv":["prog.py","--n","3"]}',
     ),
     (
         "result_ok",
