@@ -2,8 +2,10 @@
 
 Theory of operation
 -------------------
-1. The source is registered with :mod:`linecache` under the filename ``<program>``, so
-   tracebacks (ours and the program's own) show its lines.
+1. The source is registered with :mod:`linecache` under the program's name (the first
+   item of ``Start.argv``: ``prog.py`` for a program that came from that file;
+   ``<program>`` when there is none), so tracebacks (ours and the program's own) show its
+   name and its lines.
 2. It is parsed with :mod:`ast`. If the module body ends with an expression statement, that
    statement becomes an assignment to a private name: the program's *value* is its last
    expression, as in a notebook cell. A body that ends with anything else has the value
@@ -12,7 +14,18 @@ Theory of operation
    that the runner's own ``from __future__`` imports do not leak into the program.
 4. It runs in a new module object installed as ``sys.modules["__main__"]`` (so pickle,
    dataclasses and friends find the program's classes), with ``__name__ == "__main__"``,
-   the builtins, and ``host``: the run's tools (:mod:`runner._host`).
+   the builtins, ``host`` (the run's tools: :mod:`runner._host`) and ``CallError`` (what
+   a failed call raises: :class:`protocol.CallError`, also importable from
+   :mod:`protocol`). It has no ``__file__`` and its ``__spec__`` is None, as for
+   ``python -c``: the program's file is not in the sandbox.
+   In a runner process (not at ``in_process``, where the program shares the host's
+   interpreter and none of this is touched), the program's command line is its own:
+   ``sys.argv`` is ``Start.argv`` (``["<program>"]`` when it is empty),
+   ``sys.orig_argv`` is ``[sys.executable, *sys.argv]``, as ``python prog.py ARGS``
+   would make them; and ``sys.executable`` is an interpreter the program can reach: the
+   runner's own where it is visible, else (inside the confined level's view, which
+   binds the interpreter's real file, not a virtual environment's link to it) that real
+   file.
 5. If the compiled code is a coroutine (it uses top-level ``await``, ``async for`` or
    ``async with``), :mod:`asyncio` is imported then, and only then, and the module runs
    under ``asyncio.run``. Otherwise it runs with plain ``exec``: a program that never
@@ -62,7 +75,8 @@ if TYPE_CHECKING:
 
 __all__ = ["PROGRAM_FILENAME", "PythonBackend"]
 
-#: The filename the program is compiled under; its frames in tracebacks carry it.
+#: The program's name when ``Start.argv`` gives none: ``sys.argv[0]``, and the filename
+#: the program is compiled under (its frames in tracebacks carry it).
 PROGRAM_FILENAME: Final = "<program>"
 
 # The module global the last expression's value is stored in. Unlikely to clash with a
@@ -103,10 +117,12 @@ class PythonBackend:
 
     def __init__(self, *, as_main: bool = True) -> None:
         self._as_main = as_main
+        self._interpreter = ""
 
     def prepare(self) -> None:
         """Give the program ``exit`` and ``quit``, which ``site`` (off in the runner) adds,
-        and warm the path from source to value (:func:`_warm_up`).
+        warm the path from source to value (:func:`_warm_up`), and find the interpreter's
+        real file while the host's view is still there.
 
         Nothing else to load: ast, linecache and types are loaded with the runner itself.
         """
@@ -114,6 +130,8 @@ class PythonBackend:
             if not hasattr(builtins, name):
                 setattr(builtins, name, _Exit(name))
         _warm_up()
+        if self._as_main and sys.executable:
+            self._interpreter = os.path.realpath(sys.executable)
 
     def run(self, start: Start, client: Client) -> Outcome:
         """Run ``start.program`` with ``start.bindings`` as ``host``; never raises."""
@@ -139,15 +157,29 @@ class PythonBackend:
             host = Host(client, start.bindings or ())
         except ValueError as exc:
             return Outcome.failure(Kind.INVALID, str(exc))
+        argv = list(start.argv) or [PROGRAM_FILENAME]
+        filename = argv[0] or PROGRAM_FILENAME
         try:
-            code = compile_program(start.program)
+            code = compile_program(start.program, filename)
         except SyntaxError as exc:
             return Outcome.failure(Kind.INVALID, _format_syntax_error(exc))
         except (ValueError, RecursionError) as exc:  # null bytes; nesting too deep
             return Outcome.failure(Kind.INVALID, f"the program does not compile: {exc}")
         except MemoryError:
             return Outcome.failure(Kind.LIMIT, "out of memory while compiling the program")
+        if self._as_main:
+            self._own_command_line(argv)
         return _execute(code, host, as_main=self._as_main)
+
+    def _own_command_line(self, argv: list[str]) -> None:
+        """Make ``sys``'s view of the command line the program's (see the module docstring)."""
+        if sys.executable and not os.path.exists(sys.executable):
+            # Not in the program's view (a virtual environment's link, at confined): the
+            # real file is, and it is the same interpreter.
+            reachable = os.path.exists(self._interpreter)
+            sys.executable = self._interpreter if reachable else ""
+        sys.argv = argv
+        sys.orig_argv = [sys.executable, *argv]
 
 
 def _warm_up() -> None:
@@ -157,8 +189,9 @@ def _warm_up() -> None:
     the first run through the parser, the compiler, a new module and the JSON encoder
     writes to many (copies, first calls, caches): 0.25 ms of a trivial program's 0.43 ms
     here. Taken now, that cost is paid while the runner waits for its Start (a pool's
-    runner, before it is needed at all), not on the run's path. Nothing of it stays: the
-    run's own program replaces the ``<program>`` source lines and has a module of its own.
+    runner, before it is needed at all), not on the run's path. Nothing of it matters
+    after: the run's own program has a module of its own, and its source lines replace
+    (or, under a name of its own, sit beside) the two left under ``<program>``.
     """
     namespace = _new_main(Host.empty(), install=False).__dict__
     exec(compile_program("x = [1]\nx"), namespace)
@@ -179,20 +212,25 @@ class _Exit:
         raise SystemExit(code)
 
 
-def compile_program(source: str) -> types.CodeType:
+def compile_program(source: str, filename: str = PROGRAM_FILENAME) -> types.CodeType:
     """Compile ``source`` as a module whose last expression statement is its value.
+
+    Args:
+        source: the program.
+        filename: the name its frames carry in tracebacks (its lines are registered with
+            :mod:`linecache` under it).
 
     Raises:
         SyntaxError: the source is not valid Python.
         ValueError: the source contains null bytes (Python 3.11).
     """
-    linecache.cache[PROGRAM_FILENAME] = (
+    linecache.cache[filename] = (
         len(source),
         None,  # no mtime: linecache.checkcache keeps the entry
         source.splitlines(keepends=True),
-        PROGRAM_FILENAME,
+        filename,
     )
-    tree = ast.parse(source, PROGRAM_FILENAME, "exec")
+    tree = ast.parse(source, filename, "exec")
     body = tree.body
     if body and isinstance(body[-1], ast.Expr):
         last = body[-1]
@@ -201,23 +239,26 @@ def compile_program(source: str) -> types.CodeType:
         store = ast.copy_location(ast.Name(id=_VALUE_NAME, ctx=ast.Store()), last)
         body[-1] = ast.copy_location(ast.Assign(targets=[store], value=last.value), last)
     code: types.CodeType = compile(
-        tree, PROGRAM_FILENAME, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True
+        tree, filename, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True
     )
     return code
 
 
 def _new_main(host: Host, *, install: bool) -> types.ModuleType:
-    """A fresh ``__main__`` module holding ``host``, installed in ``sys.modules`` if asked."""
+    """A fresh ``__main__`` module holding ``host`` and ``CallError``, installed in
+    ``sys.modules`` if asked."""
     module = types.ModuleType("__main__")
     namespace = module.__dict__
     namespace["__builtins__"] = builtins
     namespace["host"] = host
+    namespace["CallError"] = CallError
     if install:
         sys.modules["__main__"] = module
     return module
 
 
 def _execute(code: types.CodeType, host: Host, *, as_main: bool) -> Outcome | bytes:
+    filename = code.co_filename
     namespace = _new_main(host, install=as_main).__dict__
     try:
         if code.co_flags & _CO_COROUTINE:
@@ -237,13 +278,15 @@ def _execute(code: types.CodeType, host: Host, *, as_main: bool) -> Outcome | by
             encoded = encode_json(repr(exit_code))
         shown = "" if exit_code is None else repr(exit_code)
         head = f"the program exited (SystemExit({shown})) without producing a value"
-        return Outcome.failure(Kind.RAISED, f"{head}\n{_format_exception(exc)}", value=encoded)
+        return Outcome.failure(
+            Kind.RAISED, f"{head}\n{_format_exception(exc, filename)}", value=encoded
+        )
     except MemoryError as exc:
-        return Outcome.failure(Kind.LIMIT, _describe_memory_error(exc))
+        return Outcome.failure(Kind.LIMIT, _describe_memory_error(exc, filename))
     except CallError as exc:
-        return Outcome.failure(exc.kind, _format_exception(exc))
+        return Outcome.failure(exc.kind, _format_exception(exc, filename))
     except BaseException as exc:  # the program's failure, whatever it is, is the outcome
-        return Outcome.failure(Kind.RAISED, _format_exception(exc))
+        return Outcome.failure(Kind.RAISED, _format_exception(exc, filename))
     return _encode_value(namespace.get(_VALUE_NAME))
 
 
@@ -274,32 +317,35 @@ def _format_syntax_error(exc: SyntaxError) -> str:
     return _cap("the program does not compile:\n" + "".join(lines).rstrip("\n"))
 
 
-def _describe_memory_error(exc: MemoryError) -> str:
+def _describe_memory_error(exc: MemoryError, filename: str) -> str:
     head = "the program ran out of memory (MemoryError)"
     try:
-        return f"{head}\n{_format_exception(exc)}"
+        return f"{head}\n{_format_exception(exc, filename)}"
     except MemoryError:
         return head
 
 
-def _format_exception(exc: BaseException) -> str:
-    """``exc``'s traceback, as Python prints it, with only the program's frames."""
+def _format_exception(exc: BaseException, filename: str) -> str:
+    """``exc``'s traceback, as Python prints it, with only the program's frames (those of
+    the program compiled as ``filename``, and below them any but the runner's)."""
     import traceback
 
     summary = traceback.TracebackException(type(exc), exc, exc.__traceback__, compact=True)
-    _keep_program_frames(summary, set())
+    _keep_program_frames(summary, filename, set())
     return _cap("".join(summary.format()).rstrip("\n"))
 
 
-def _keep_program_frames(summary: traceback.TracebackException, seen: set[int]) -> None:
+def _keep_program_frames(
+    summary: traceback.TracebackException, filename: str, seen: set[int]
+) -> None:
     """Cut the runner's frames from ``summary`` and from every exception chained to it."""
     if id(summary) in seen:
         return
     seen.add(id(summary))
     stack = summary.stack
     frames = list(stack)
-    first = next((i for i, f in enumerate(frames) if f.filename == PROGRAM_FILENAME), 0)
+    first = next((i for i, f in enumerate(frames) if f.filename == filename), 0)
     stack[:] = [f for f in frames[first:] if not f.filename.startswith(_INTERNAL_DIRS)]
     for chained in (summary.__cause__, summary.__context__, *(summary.exceptions or ())):
         if chained is not None:
-            _keep_program_frames(chained, seen)
+            _keep_program_frames(chained, filename, seen)

@@ -291,9 +291,17 @@ async def test_orphaned_descendants_of_the_program_are_reparented_to_the_runner(
 
 async def test_the_channels_are_not_passed_on_to_programs_the_program_executes() -> None:
     """The four channel descriptors are close-on-exec: an exec'd process cannot hold them."""
-    program = "import os, sys\n[os.get_inheritable(int(fd)) for fd in sys.argv[1:5]]"
+    program = (
+        "import os, sys\n"
+        "frame = sys._getframe()\n"
+        "while type(frame.f_locals.get('args')).__name__ != 'Arguments':\n"
+        "    frame = frame.f_back\n"
+        "args = frame.f_locals['args']\n"
+        "fds = (*args.start_fds, *args.call_fds)\n"
+        "[len(set(fds)), [os.get_inheritable(fd) for fd in fds]]"
+    )
     run = await run_program(program)
-    assert run.value == [False, False, False, False]
+    assert run.value == [4, [False, False, False, False]]
 
 
 async def test_the_runner_lingers_after_its_result_until_the_start_channel_closes() -> None:

@@ -12,12 +12,18 @@ from sandbox import Budget, BudgetError, Kind, Level
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("spawn")]
 
-# The runner's argv carries the channels' descriptors: start (read, write), call (read,
-# write). The program writes one frame itself, on the channel's write end, then waits.
+# The runner's arguments, up the stack, carry the channels' descriptors: start (read,
+# write), call (read, write). The program writes one frame itself, on the channel's write
+# end, then waits.
 _PROGRAM = """\
 import os, sys, time
+frame = sys._getframe()
+while frame is not None and type(frame.f_locals.get("args")).__name__ != "Arguments":
+    frame = frame.f_back
+args = frame.f_locals["args"]
+fds = (*args.start_fds, *args.call_fds)
 payload = {payload!r}
-os.write(int(sys.argv[{fd}]), len(payload).to_bytes(4, "big") + payload)
+os.write(fds[{fd}], len(payload).to_bytes(4, "big") + payload)
 time.sleep(600)
 """
 
@@ -32,7 +38,7 @@ def echo(n: int) -> int:
 
 @pytest.mark.parametrize(
     ("payload", "fd"),
-    [(_DEEP, 4), (_DEEP_V, 4), (_DEEP, 2), (_HUGE_DEADLINE, 4)],
+    [(_DEEP, 3), (_DEEP_V, 3), (_DEEP, 1), (_HUGE_DEADLINE, 3)],
     ids=["deep-on-call", "deep-v-on-call", "deep-on-start", "deadline-past-int64"],
 )
 async def test_a_hostile_frame_is_a_protocol_failure(payload: bytes, fd: int) -> None:
