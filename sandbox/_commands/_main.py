@@ -69,6 +69,13 @@ def _parser() -> argparse.ArgumentParser:
         "print its value and output. " + EXIT_CODES,
     )
     r.add_argument("program", help="the program file, or - for standard input")
+    r.add_argument(
+        "args",
+        nargs="*",
+        metavar="ARG",
+        help="the program's arguments (its sys.argv[1:]); put them after -- "
+        "(sandbox run prog.py -- --n 3); its sys.argv[0] is the file's name",
+    )
     level_option(r, default=Level.PROCESS, child_levels_only=False)
     tools_option(r)
     spawn_option(r)
@@ -160,7 +167,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if argv[:1] == ["bench"]:  # everything after it is the study's (argparse would object)
             return _bench(argv[1:])
+        argv, program_args = _split_program_args(argv)
         args = _parser().parse_args(argv)
+        if program_args is not None:
+            args.args = [*args.args, *program_args]
         if args.command == "doctor":
             from ._doctor import doctor
 
@@ -174,6 +184,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The reader went away (`sandbox doctor | head`): what it read was all it wanted.
         _silence_stdout()
         return EXIT_OK
+
+
+def _split_program_args(argv: list[str]) -> tuple[list[str], list[str] | None]:
+    """``sandbox run``'s command line, and what follows its first ``--``: the program's
+    arguments, taken whole (argparse, which lets a ``*`` positional match nothing
+    before an option, would leave them unrecognized)."""
+    if argv[:1] != ["run"] or "--" not in argv:
+        return argv, None
+    cut = argv.index("--")
+    return argv[:cut], argv[cut + 1 :]
 
 
 def _extra_command(args: argparse.Namespace) -> int:
@@ -211,6 +231,7 @@ def _run(args: argparse.Namespace) -> int:
             spawn=spawn_of(args),
             stack_on_timeout=args.stack_on_timeout,
             on_output=echo,
+            argv=_program_argv(args),
         )
     except UsageError as exc:
         return _refused(args, "sandbox run: error:", str(exc), EXIT_USAGE)
@@ -225,6 +246,13 @@ def _run(args: argparse.Namespace) -> int:
     return code
 
 
+def _program_argv(args: argparse.Namespace) -> list[str]:
+    """The program's ``sys.argv``: its file's name (no directory: nothing of the host's
+    paths), or the API's placeholder for standard input, then its arguments."""
+    name = "<program>" if args.program == "-" else os.path.basename(args.program)
+    return [name or "<program>", *args.args]
+
+
 def _refuse_bad_usage(args: argparse.Namespace) -> str:
     """The program's source, once the options are known to go together.
 
@@ -233,7 +261,12 @@ def _refuse_bad_usage(args: argparse.Namespace) -> str:
     """
     if args.level == Level.IN_PROCESS:
         # As the API refuses it (ValueError): in_process has no wall clock to kill at, and
-        # no child to make.
+        # no child to make, nor a sys.argv of the program's own.
+        if args.args:
+            raise UsageError(
+                "program arguments need a child level (process or confined): in_process "
+                "runs the program in this process, whose sys.argv it shares"
+            )
         if args.stack_on_timeout:
             raise UsageError(
                 "--stack-on-timeout needs a child level (process or confined), not in_process"

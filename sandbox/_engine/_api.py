@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -33,6 +33,7 @@ async def run(
     spawn: Spawn | str | Pool | None = None,
     stack_on_timeout: bool = False,
     on_output: OnOutput | None = None,
+    argv: Sequence[str] | None = None,
 ) -> RunResult:
     """Run ``program`` (Python source) in a sandbox, with ``tools`` as ``host.<name>``.
 
@@ -61,17 +62,23 @@ async def run(
             while it takes its time, the program's pipe fills and the program waits (its
             wall clock runs on). If it raises, the run is stopped and the exception
             propagates from here. Child levels only (``in_process`` captures no output).
+        argv: the program's ``sys.argv``: its name (which its tracebacks show, e.g.
+            ``"prog.py"``), then its arguments. None means ``["<program>"]``. At
+            ``in_process`` the program shares this process's ``sys.argv``, which is left
+            alone: only the name is used there, and arguments are refused.
 
     Raises:
         BudgetUnsupported: the budget asks for something ``level`` cannot enforce here.
         ConfinementUnavailable: ``confined`` was asked for and this host lacks a wall.
         ToolError: a tool cannot be bound (a bad or duplicate name).
         SpawnFailed: the child process could not be started.
-        ValueError: an unknown level or spawn mode, or ``stack_on_timeout`` or
-            ``on_output`` in process.
+        ValueError: an unknown level or spawn mode, ``stack_on_timeout`` or ``on_output``
+            in process, an empty ``argv``, or arguments in ``argv`` in process.
+        TypeError: ``argv`` is not a sequence of strings.
         Exception: whatever ``on_output`` raised.
     """
     level = Level(level)
+    command_line = _command_line(argv)
     if spawn is None:
         spawn = _DEFAULT_SPAWN
     elif not isinstance(spawn, Pool):
@@ -86,7 +93,12 @@ async def run(
                 "on_output needs a child level (process or confined): in_process does not "
                 "capture output (the program writes to this process's own stdout and stderr)"
             )
-        return await run_in_process(program, toolset, budget)
+        if len(command_line) > 1:
+            raise ValueError(
+                "program arguments (argv[1:]) need a child level (process or confined): "
+                "in_process, the program shares this process's sys.argv"
+            )
+        return await run_in_process(program, toolset, budget, argv=command_line)
     if level is Level.CONFINED:
         gaps = confinement_gaps()
         if gaps:
@@ -100,7 +112,30 @@ async def run(
         spawn=spawn,
         stack_on_timeout=stack_on_timeout,
         on_output=on_output,
+        argv=command_line,
     )
+
+
+def _command_line(argv: Sequence[str] | None) -> tuple[str, ...]:
+    """``argv`` checked, as Start carries it (empty for None).
+
+    Raises:
+        TypeError: not a sequence of strings (a lone string included).
+        ValueError: empty (it needs at least the program's name).
+    """
+    if argv is None:
+        return ()
+    if isinstance(argv, (str, bytes)) or not isinstance(argv, Sequence):
+        raise TypeError(
+            f"argv must be a list of strings (the program's name, then its arguments), "
+            f"not {type(argv).__name__}"
+        )
+    for i, item in enumerate(argv):
+        if not isinstance(item, str):
+            raise TypeError(f"argv[{i}] must be a string, not {type(item).__name__}")
+    if not argv:
+        raise ValueError("argv needs at least the program's name (argv[0])")
+    return tuple(argv)
 
 
 def run_sync(
@@ -112,6 +147,7 @@ def run_sync(
     spawn: Spawn | str | Pool | None = None,
     stack_on_timeout: bool = False,
     on_output: OnOutput | None = None,
+    argv: Sequence[str] | None = None,
     backend: str = "asyncio",
 ) -> RunResult:
     """:func:`run` for synchronous code: starts an event loop (``backend``) for one run.
@@ -138,6 +174,7 @@ def run_sync(
             spawn=spawn,
             stack_on_timeout=stack_on_timeout,
             on_output=on_output,
+            argv=argv,
         )
 
     return anyio.run(main, backend=backend)

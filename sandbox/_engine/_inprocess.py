@@ -128,8 +128,14 @@ class _Workers:
 _WORKERS: Final = _Workers()
 
 
-async def run_in_process(program: str, toolset: Toolset, budget: Budget) -> RunResult:
-    """Run ``program`` in a thread of this process (see the module docstring)."""
+async def run_in_process(
+    program: str, toolset: Toolset, budget: Budget, *, argv: tuple[str, ...] = ()
+) -> RunResult:
+    """Run ``program`` in a thread of this process (see the module docstring).
+
+    ``argv`` gives the program its name (for its tracebacks) and nothing else: the program
+    shares this process's ``sys``, whose ``argv`` is left alone.
+    """
     t0 = time.perf_counter()
     down, up = os.pipe(), os.pipe()
     server = Server(FdChannel(up[0], down[1]), toolset.handle, budget.call_limits())
@@ -139,6 +145,7 @@ async def run_in_process(program: str, toolset: Toolset, budget: Budget) -> RunR
         bindings=toolset.bindings(),
         budget=budget.start_budget(),
         result_id=uuid.uuid4().hex,
+        argv=argv,
     )
     # Told the in-flight cap by the Start, as a runner is: it queues calls past it.
     client = Client(down[0], up[1], max_inflight=start.budget.max_inflight)

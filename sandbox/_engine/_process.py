@@ -287,16 +287,18 @@ def _data_held(pid: int) -> int:
     raise OSError(errno.ESRCH, f"process {pid} has no VmData in its status")
 
 
-def _too_large(program: str, toolset: Toolset, level: Level) -> RunResult | None:
-    """The refusal of a program (with its bindings) that no Start frame can hold, made
-    before a child is: the program as JSON is a lower bound of the frame's size."""
-    size = len(msgspec.json.encode(program)) + len(msgspec.json.encode(toolset.bindings()))
+def _too_large(
+    program: str, toolset: Toolset, level: Level, argv: tuple[str, ...]
+) -> RunResult | None:
+    """The refusal of a program (with its bindings and argv) that no Start frame can hold,
+    made before a child is: the three as JSON are a lower bound of the frame's size."""
+    size = sum(len(msgspec.json.encode(part)) for part in (program, toolset.bindings(), argv))
     if size <= MAX_FRAME_BYTES:
         return None
     verdict = Verdict(
         Kind.INVALID,
         Cause.PROTOCOL,
-        f"the program and its bindings are {size / (1 << 20):.1f} MiB as JSON, and a "
+        f"the program, its bindings and argv are {size / (1 << 20):.1f} MiB as JSON, and a "
         f"Start frame holds at most {MAX_FRAME_BYTES >> 20} MiB (MAX_FRAME_BYTES): nothing "
         "was started",
     )
@@ -313,8 +315,11 @@ async def run_process(
     spawn: Spawn | Pool = Spawn.ZYGOTE,
     stack_on_timeout: bool = False,
     on_output: OnOutput | None = None,
+    argv: tuple[str, ...] = (),
 ) -> RunResult:
     """Run ``program`` in a fresh child process under ``budget``. See the module docstring.
+
+    ``argv`` is the program's ``sys.argv`` (empty: the runner's placeholder name alone).
 
     At ``confined``, the child puts up the confined level's walls (namespaces, the
     filesystem view, Landlock, seccomp) before it reads its Start. With
@@ -327,7 +332,7 @@ async def run_process(
         Exception: whatever ``on_output`` raised; it stopped the run (which left nothing
             behind).
     """
-    too_large = _too_large(program, toolset, level)
+    too_large = _too_large(program, toolset, level, argv)
     if too_large is not None:
         return too_large
     await REMAINS.room()  # a host that outruns its clearing waits here
@@ -340,7 +345,7 @@ async def run_process(
     )
     run = _Run(child, budget, level, t0, stack_wanted=stack_on_timeout, on_output=on_output)
     try:
-        ending = await run.go(program, toolset)
+        ending = await run.go(program, toolset, argv)
         if run.listener is not None and run.listener.error is not None:
             raise run.listener.error
         return run_result(ending)
@@ -388,7 +393,7 @@ class _Run:
 
     # -- the run ------------------------------------------------------------------------
 
-    async def go(self, program: str, toolset: Toolset) -> Ending:
+    async def go(self, program: str, toolset: Toolset, argv: tuple[str, ...]) -> Ending:
         """Make the child ready, set its limits, and run the program (or say why not)."""
         not_ready = await self.child.wait_ready()
         if not_ready is not None:
@@ -398,7 +403,7 @@ class _Run:
                 self._apply_limits()
         except OSError as exc:
             raise SpawnFailed(f"cannot set the run's limits: {exc}") from exc
-        return await self.drive(program, toolset)
+        return await self.drive(program, toolset, argv)
 
     def _apply_limits(self) -> None:
         """Set the run's limits on its cgroups and on its runner process (before Start).
@@ -431,7 +436,7 @@ class _Run:
         )
         return self._ending(verdict=verdict)
 
-    async def drive(self, program: str, toolset: Toolset) -> Ending:
+    async def drive(self, program: str, toolset: Toolset, argv: tuple[str, ...] = ()) -> Ending:
         """Serve the run's calls and capture its output until it answers or is stopped."""
         budget = self.budget
         server = Server(self.call_ch, toolset.handle, budget.call_limits())
@@ -441,6 +446,7 @@ class _Run:
             bindings=toolset.bindings(),
             budget=budget.start_budget(),
             result_id=uuid.uuid4().hex,
+            argv=argv,
         )
         result: Result | None = None
         verdict: Verdict | None = None
