@@ -9,7 +9,10 @@ behave exactly as they do across processes. What is left out is the process, and
 everything only a process boundary can give, so this level refuses those budget items:
 the wall clock (a thread cannot be killed), memory, CPU, files and processes. It does not
 capture output (the program prints to the host's own stdout and stderr), and cancelling
-the host's task waits for the program to finish.
+the host's task waits for the program to finish. The program shares the host's ``sys``:
+its ``sys.argv`` is the host's, left alone (a run that set it would change it for the
+host and for every run beside it), so a run's ``argv`` only names the program in its
+tracebacks.
 
 Theory of operation
 -------------------
