@@ -36,7 +36,13 @@ _INPUT_SCHEMA: dict[str, Any] = {
             "type": "string",
             "description": "Python source. Its value is its last expression; top-level "
             "await is allowed; host tools are awaitable as host.<name>(...).",
-        }
+        },
+        "args": {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": "The program's command-line arguments, its sys.argv[1:] "
+            "(sys.argv[0] is '<program>'). None by default.",
+        },
     },
     "required": ["code"],
     "additionalProperties": False,
@@ -54,7 +60,9 @@ def signature_of(info: ToolInfo) -> str:
 @final
 class ProgramTool:
     """Runs Python in a sandbox. The level, budget and spawn mode are the host's, fixed when
-    the tool is made: a caller gives only the code.
+    the tool is made: a caller gives only the code, and the program's command-line
+    arguments if it wants (``args``: its ``sys.argv[1:]``; not at ``in_process``, where
+    the program shares the host's ``sys.argv``).
 
     The program's ``host.<name>`` bindings are the executor's other tools (those whose
     names are Python identifiers). Each call a program makes of one goes to the session
@@ -82,6 +90,20 @@ class ProgramTool:
         self._name = name
         self._peers: tuple[ToolInfo, ...] = ()
         self._info = self._make_info()
+
+    def _program(self, arguments: dict[str, Any]) -> tuple[str, list[str] | None]:
+        """:func:`_code`, and arguments refused where the program cannot have them.
+
+        Raises:
+            ValueError: the arguments are not the tool's, or ``args`` at ``in_process``.
+        """
+        code, argv = _code(arguments)
+        if argv is not None and len(argv) > 1 and self.level is Level.IN_PROCESS:
+            raise ValueError(
+                "run_program runs at in_process here, where a program has no command-line "
+                "arguments of its own: leave out args"
+            )
+        return code, argv
 
     def with_budget(self, budget: Budget) -> ProgramTool:
         """The same tool with another budget (a session's, capped at the ceilings)."""
@@ -123,7 +145,7 @@ class ProgramTool:
         self._info = self._make_info()
 
     async def facts(self, arguments: dict[str, Any]) -> Facts:
-        _code(arguments)
+        self._program(arguments)
         tools = tuple(p.name for p in self._peers)
         if self.level is Level.CONFINED:
             return Facts(processes=True, tools=tools, level=self.level.value)
@@ -146,7 +168,7 @@ class ProgramTool:
 
     async def call(self, arguments: dict[str, Any], context: CallContext) -> Result:
         try:
-            code = _code(arguments)
+            code, argv = self._program(arguments)
         except ValueError as exc:
             return Result(text=str(exc), is_error=True, kind=Kind.INVALID)
         invoke = context.invoke
@@ -160,7 +182,12 @@ class ProgramTool:
             for p in self._peers
         ]
         r = await run(
-            code, tools=host_tools, budget=self.budget, level=self.level, spawn=self.spawn
+            code,
+            tools=host_tools,
+            budget=self.budget,
+            level=self.level,
+            spawn=self.spawn,
+            argv=argv,
         )
         data: dict[str, Any] = {"ok": r.ok, "value": r.value}
         if not r.ok:
@@ -178,11 +205,27 @@ def _first_line(text: str) -> str:
     return text.split("\n", 1)[0]
 
 
-def _code(arguments: dict[str, Any]) -> str:
+_USAGE = (
+    "run_program takes code, a string of Python source, and optionally args, a list of "
+    "strings (the program's command-line arguments)"
+)
+
+
+def _code(arguments: dict[str, Any]) -> tuple[str, list[str] | None]:
+    """The call's code and the program's ``argv`` (None without ``args``).
+
+    Raises:
+        ValueError: a missing or misshapen argument, or one the tool does not take.
+    """
     code = arguments.get("code")
-    if not isinstance(code, str) or set(arguments) - {"code"}:
-        raise ValueError("run_program takes one argument, code, a string of Python source")
-    return code
+    args = arguments.get("args")
+    if not isinstance(code, str) or set(arguments) - {"code", "args"}:
+        raise ValueError(_USAGE)
+    if args is None:
+        return code, None
+    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        raise ValueError(_USAGE)
+    return code, ["<program>", *args]
 
 
 def _relay(invoke: Invoke | None, name: str) -> Any:

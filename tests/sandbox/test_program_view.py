@@ -15,7 +15,7 @@ import pytest
 
 import protocol
 import sandbox
-from sandbox import CallError, Kind, Level
+from sandbox import Budget, CallError, Kind, Level, plane
 from sandbox._children import WORKDIR_PREFIX
 from tests.host import child_levels, needs_confinement
 from tests.sandbox.test_cli import cli, program_file
@@ -248,3 +248,38 @@ async def test_a_confined_program_sees_no_host_path_but_the_documented_ones() ->
     assert seen["sys.argv"] == repr(["prog.py", "a"])
     assert 'File "prog.py", line 20, in fail' in seen["traceback"]
     assert seen["__file__"] == seen["__spec__"] == "None"
+
+
+# -- the plane's program tool ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("level", child_levels())
+async def test_the_program_tool_passes_args_to_the_program(level: Level) -> None:
+    """``run_program`` takes the program's arguments as ``args``: its ``sys.argv[1:]``,
+    after the placeholder name."""
+    ex = plane.InProcess([plane.ProgramTool(level=level, budget=Budget(wall_clock=20))])
+    r = await ex.call(
+        plane.Call(tool="run_program", arguments={"code": PARSES_ITS_ARGUMENTS, "args": ARGV[1:]})
+    )
+    assert not r.is_error, r.text
+    argv = ["<program>", *ARGV[1:]]
+    assert r.data["value"] == [argv, argv, "<program>", 3, "7"]
+
+
+@pytest.mark.parametrize(
+    ("level", "arguments"),
+    [
+        (Level.PROCESS, {"code": "1", "args": "a"}),
+        (Level.PROCESS, {"code": "1", "args": [1]}),
+        (Level.IN_PROCESS, {"code": "1", "args": ["a"]}),
+    ],
+    ids=["args-a-string", "args-not-strings", "args-at-in-process"],
+)
+async def test_the_program_tool_refuses_args_it_cannot_pass(
+    level: Level, arguments: dict[str, Any]
+) -> None:
+    """Misshapen ``args``, or any at ``in_process``, make an invalid call: nothing runs."""
+    ex = plane.InProcess([plane.ProgramTool(level=level)])
+    r = await ex.call(plane.Call(tool="run_program", arguments=arguments))
+    assert (r.is_error, r.kind) == (True, Kind.INVALID)
+    assert "args" in r.text
