@@ -84,6 +84,16 @@ def test_sandbox_run_passes_what_follows_the_double_dash(tmp_path: Path) -> None
     assert msgspec.json.decode(proc.stdout) == [ARGV, ARGV, "prog.py", 3, "7"]
 
 
+def test_sandbox_run_passes_everything_after_the_first_double_dash_as_it_is(
+    tmp_path: Path,
+) -> None:
+    """Past the first ``--`` nothing is the command's: a later ``--`` is the program's."""
+    path = program_file(tmp_path, "import sys\nsys.argv", name="prog.py")
+    proc = cli("run", path, "--json", "--", "a", "--", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert msgspec.json.decode(proc.stdout)["value"] == ["prog.py", "a", "--", "--json"]
+
+
 def test_sandbox_run_refuses_arguments_at_in_process(tmp_path: Path) -> None:
     """At ``in_process`` the program shares the command's own ``sys.argv``: arguments
     for it are bad usage (exit 2), not silently dropped."""
