@@ -37,8 +37,7 @@ import psutil
 import sandbox
 from protocol import CGROUP_PREFIX
 from sandbox import Budget, Level, Pool, RunResult, Spawn
-from sandbox._children import REMAINS, _supervisor
-from sandbox._children._reaper import _CONTROLLERS, _OPTIONAL, _base
+from sandbox._children import REMAINS, _supervisor, hierarchy
 from sandbox._children._remains import MAX_PENDING
 
 from ._levels import add_level_option, levels_here
@@ -90,9 +89,8 @@ def host_state() -> dict[str, int]:
     processes -= keep
     mine = f"{CGROUP_PREFIX}{os.getpid()}-"
     cgroups = 0
-    for controller in (*_CONTROLLERS, *_OPTIONAL):
-        base = _base(controller)
-        if base is not None and base.is_dir():
+    for base in hierarchy().bases():
+        if base.is_dir():
             cgroups += sum(1 for _ in base.glob(f"{mine}*"))
     dirs = Path(tempfile.gettempdir()).glob(f"{_supervisor.WORKDIR_PREFIX}{os.getpid()}-*")
     return {

@@ -1,7 +1,8 @@
 """Where a run's processes come from and how they end: the zygote and pools of children
 (:mod:`._supervisor`), and the handles a child is made of: the run's place on the host
 (:mod:`._workspace`), its pipes (:mod:`._pipes`) and its runner process (:mod:`._runner`);
-the run's cgroups and the end of every process a run started (:mod:`._reaper`), a
+the run's cgroups on either hierarchy (:mod:`._cgroups`), the end of every process a run
+started (:mod:`._reaper`), a
 confined run's own host uid (:mod:`._uid`), and the stack of a program killed at its wall
 clock (:mod:`._stack`).
 
@@ -10,7 +11,17 @@ The layer below the run engine: it knows processes, not programs or budgets.
 
 from __future__ import annotations
 
-from ._reaper import CgroupSet, cgroup_support, kill_tree
+from ._cgroups import (
+    CgroupSet,
+    CgroupV1,
+    CgroupV2,
+    Hierarchy,
+    NoCgroups,
+    cgroup_support,
+    cgroups_available,
+    hierarchy,
+)
+from ._reaper import kill_tree
 from ._remains import REMAINS
 from ._stack import python_stack
 from ._supervisor import (
@@ -30,11 +41,17 @@ __all__ = [
     "REMAINS",
     "WORKDIR_PREFIX",
     "CgroupSet",
+    "CgroupV1",
+    "CgroupV2",
     "Child",
+    "Hierarchy",
+    "NoCgroups",
     "Pool",
     "Spawn",
     "acquire",
     "cgroup_support",
+    "cgroups_available",
+    "hierarchy",
     "host_processes",
     "kill_tree",
     "needs_start",

@@ -34,7 +34,7 @@ from runner import default_disk_files
 
 from .._errors import SpawnFailed
 from . import _uid
-from ._reaper import CgroupSet
+from ._cgroups import CgroupSet
 
 __all__ = ["Workspace", "disk_files"]
 

@@ -66,11 +66,15 @@ def _cgroup_remedy() -> str:
     if os.geteuid() == 0:
         if unified:
             return (
-                "this host has only the unified hierarchy (cgroup v2): the run's cgroups "
-                "need the v1 pids, freezer and memory hierarchies mounted under "
-                f"{_CGROUP}"
+                "on the unified hierarchy (cgroup v2), the kernel gives the runs the memory "
+                "and pids controllers only below a cgroup that holds no process of its own, "
+                "and the runs' cgroups are made in the host's own, which holds the host: "
+                "start the host in the root cgroup, where the kernel makes an exception"
             )
-        return f"mount the cgroup v1 pids, freezer and memory hierarchies under {_CGROUP}"
+        return (
+            f"mount the cgroup v1 pids, freezer and memory hierarchies under {_CGROUP}, or "
+            "boot with the unified hierarchy (systemd.unified_cgroup_hierarchy=1)"
+        )
     if unified:
         return (
             "an ordinary user makes cgroups only in a subtree delegated to it: run the host "
@@ -151,7 +155,7 @@ def doctor(as_json: bool) -> int:
     """Print the report (as JSON with ``as_json``); the exit code (always 0)."""
     from runner import probe_walls
 
-    from .._children import cgroup_support, uid_usable
+    from .._children import cgroup_support, hierarchy, uid_usable
     from .._engine import Level, cgroups_usable, confinement_gaps, substitutes, unenforceable
 
     walls = probe_walls()
@@ -172,6 +176,7 @@ def doctor(as_json: bool) -> int:
             "landlock_abi": walls.landlock_abi,
             "seccomp": True if walls.seccomp is None else walls.seccomp,
             "cgroups": available(cgroups),
+            "cgroup_hierarchy": {"version": hierarchy().version, "runs": hierarchy().describe()},
             "levels": {
                 level.value: {
                     "available": not confinement_gaps() if level is Level.CONFINED else True,
@@ -202,7 +207,7 @@ def doctor(as_json: bool) -> int:
     abi = walls.landlock_abi
     print(f"landlock:   {'ABI ' + str(abi) if abi else 'no'}")
     print(f"seccomp:    {yes(walls.seccomp)}")
-    print("cgroups:")
+    print(f"cgroups:    {hierarchy().describe()}")
     for name, reason in cgroups.items():
         print(f"  {name:8} {yes(reason)}")
     for level in Level:

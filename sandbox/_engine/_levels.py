@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Final
 
 from .._budget import DEFAULTS, Budget
-from .._children import cgroup_support
+from .._children import cgroup_support, cgroups_available
 from .._errors import BudgetUnsupported
 
 __all__ = [
@@ -218,8 +218,9 @@ def with_defaults(level: Level, budget: Budget) -> Budget:
 
 @functools.cache
 def cgroups_usable() -> bool:
-    """Whether per-run cgroups can be made here (all three controllers)."""
-    return all(reason is None for reason in cgroup_support().values())
+    """Whether per-run cgroups can be made here (v1: all three controllers; v2: the core
+    interface, kill and freeze, with or without the memory and pids controllers)."""
+    return cgroups_available()
 
 
 @functools.cache

@@ -567,7 +567,7 @@ class _Run:
 
     def _cpu_watched(self) -> bool:
         """Whether the run's CPU time, all its processes together, can be read as it runs."""
-        return self.cgroups is not None and "cpuacct" in self.cgroups.dirs
+        return self.cgroups is not None and self.cgroups.cpu_time() is not None
 
     async def _watch_cpu(self, limit: float, stop: anyio.CancelScope) -> None:
         """End the run (``stop``) once its processes together have used ``limit`` CPU

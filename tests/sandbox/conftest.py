@@ -17,8 +17,7 @@ import pytest
 import sandbox
 from protocol import CGROUP_PREFIX
 from sandbox import Pool, Spawn
-from sandbox._children import REMAINS, _supervisor
-from sandbox._children._reaper import _CONTROLLERS, _OPTIONAL, _base
+from sandbox._children import REMAINS, _supervisor, hierarchy
 
 SPAWN_MODES = [Spawn.COLD, Spawn.ZYGOTE, Spawn.POOL]
 _RUN = sandbox.run
@@ -122,9 +121,8 @@ def run_cgroups() -> set[Path]:
     """This host's per-run cgroup directories that exist now, under every controller (not
     a pool's idle child's)."""
     found: set[Path] = set()
-    for controller in (*_CONTROLLERS, *_OPTIONAL):
-        base = _base(controller)
-        if base is not None and base.is_dir():
+    for base in hierarchy().bases():
+        if base.is_dir():
             found.update(base.glob(f"{CGROUP_PREFIX}{os.getpid()}-*"))
     held = {
         path

@@ -9,7 +9,6 @@ import pytest
 
 import sandbox
 from sandbox import Budget, Kind, Level, RunResult
-from sandbox._children import _reaper
 from sandbox._engine import _levels
 from tests.host import (
     ORDINARY_USER,
@@ -248,7 +247,7 @@ os.wait()
 
 
 def _cpuacct() -> bool:
-    return _reaper._base("cpuacct") is not None and _levels.cgroups_usable()
+    return _levels.cgroups_usable()
 
 
 @pytest.mark.parametrize(

@@ -19,8 +19,7 @@ import pytest
 
 import sandbox
 from sandbox import Budget, Level, Pool, Spawn
-from sandbox._children import Child, _supervisor
-from sandbox._children._reaper import _CONTROLLERS, _base
+from sandbox._children import Child, _supervisor, hierarchy
 from sandbox._engine._levels import cgroups_usable
 from tests.host import child_levels
 
@@ -276,8 +275,8 @@ def test_a_host_killed_outright_leaves_nothing(level: Level, spawn: Spawn) -> No
             assert list(Path(tmp).iterdir()) == []
             cgroups = [
                 path
-                for controller in _CONTROLLERS
-                if (base := _base(controller)) is not None and base.is_dir()
+                for base in hierarchy().bases()
+                if base.is_dir()
                 for path in base.glob(f"run-{host.pid}-*")
             ]
             assert cgroups == []

@@ -19,8 +19,7 @@ import pytest
 import sandbox
 from protocol import CGROUP_PREFIX
 from sandbox import Budget, Level, Spawn, Tool
-from sandbox._children import _supervisor
-from sandbox._children._reaper import _CONTROLLERS, _base
+from sandbox._children import _supervisor, hierarchy
 from tests.host import child_levels
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("spawn")]
@@ -195,10 +194,8 @@ async def test_a_child_sees_nothing_of_the_zygote(level: Level, spawn: Spawn) ->
                 await b_started.wait()
             # The host's cgroup places, and the names of B's cgroup and directory.
             needles = {"cgroup mount": "/sys/fs/cgroup"}
-            for controller in _CONTROLLERS:
-                base = _base(controller)
-                if base is not None:
-                    needles[f"{controller} cgroups"] = str(base)
+            for i, base in enumerate(hierarchy().bases()):
+                needles[f"the runs' cgroups ({i})"] = str(base)
             needles["a run's cgroup"] = f"{CGROUP_PREFIX}{os.getpid()}-"
             needles["run B's working directory"] = Path(other[0]).name
             # A host path no child is given (the host's side of the library).

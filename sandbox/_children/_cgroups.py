@@ -1,0 +1,907 @@
+"""A run's cgroups, on either cgroup hierarchy: v1 (one per controller) or v2 (unified).
+
+Theory of operation
+-------------------
+Every process of a run is in the run's cgroups, whatever it does with sessions and
+parents; the host lists them, kills them, bounds their memory and process count, and
+reads their CPU time there (:mod:`._reaper` says how a run ends). Linux offers two
+hierarchies with the same ideas and different files:
+
+* **v1** (:class:`CgroupV1`): one hierarchy per controller, each mounted on its own
+  (``/sys/fs/cgroup/<controller>``). A run has one cgroup in each of ``pids``,
+  ``freezer`` and ``memory`` (all three required), and in ``cpuacct`` and ``cpu`` where
+  they are mounted. ``freezer.state`` freezes; killing is by pid.
+* **v2** (:class:`CgroupV2`): one unified hierarchy, one cgroup per run, under a parent
+  directory (by default ``sandbox-runtime`` in the host's own cgroup; or a delegated
+  subtree, which is what a non-root host is given). The core interface is always there:
+  ``cgroup.procs``, ``cgroup.kill`` (the kernel kills every member, forks under way
+  included, in one write), ``cgroup.freeze``, ``cgroup.events`` (``populated``,
+  ``frozen``) and ``cpu.stat``. The ``memory`` (``memory.max``, ``memory.peak``,
+  ``memory.events``) and ``pids`` (``pids.max``, ``pids.events``) controllers are there
+  only where the parent's ``cgroup.controllers`` lists them and they can be enabled in
+  its ``cgroup.subtree_control`` (the kernel enables none below a cgroup that holds
+  processes, the root excepted); where not, the items they enforce are refused with
+  that reason (:func:`cgroup_support`).
+
+Which one a host uses is probed once (:func:`hierarchy`), from ``/proc/self/mountinfo``
+and ``/proc/self/cgroup``: v1 where its ``pids``, ``freezer`` and ``memory`` hierarchies
+are all mounted (legacy and hybrid hosts), else v2 where a cgroup2 file system is
+mounted, else none. The rest of the code holds a :class:`CgroupSet` (a run's cgroups),
+whose every operation is the hierarchy's: nothing else asks which version it is on.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import errno
+import functools
+import os
+import select
+import signal
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar, Final
+
+__all__ = [
+    "CgroupSet",
+    "CgroupV1",
+    "CgroupV2",
+    "Hierarchy",
+    "NoCgroups",
+    "cgroup_support",
+    "cgroups_available",
+    "hierarchy",
+]
+
+#: The directory, in the host's own cgroup, that holds the runs' cgroups.
+RUNS_DIR: Final = "sandbox-runtime"
+#: The v1 hierarchies a run needs (the keys of :func:`cgroup_support`, on either version:
+#: on v2 ``freezer`` stands for the core interface, kill and freeze).
+CONTROLLERS: Final = ("pids", "freezer", "memory")
+#: v1 hierarchies used where mounted, not required: ``cpuacct`` for the CPU time of the
+#: whole run, ``cpu`` for the runs' share of the CPU (below).
+OPTIONAL: Final = ("cpuacct", "cpu")
+#: The runs' share of the CPU against the host's own tasks when both want it (v1): every
+#: run's processes together weigh as much as one of the host's (``cpu.shares`` of the
+#: parent of the runs' ``cpu`` cgroups, where 1024 is a task's weight). CFS gives an idle
+#: CPU to whoever wants it, so runs lose nothing while the host is idle; but a run that
+#: keeps every CPU busy (a fork bomb) cannot starve the host, whose timers (the wall
+#: clock, the CPU watcher) then still fire on time.
+_RUNS_CPU_SHARES: Final = 1024
+#: The v2 controllers the runs' cgroups get where the parent offers them.
+_V2_CONTROLLERS: Final = ("memory", "pids")
+
+
+# -- what is mounted where ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Mount:
+    """One cgroup file system mount: which hierarchy (``cgroup2``, or the v1 controllers
+    it holds), where, and which directory of the hierarchy is its root."""
+
+    point: Path
+    root: str
+    controllers: frozenset[str]  # empty for cgroup2
+
+    def find(self, path: str) -> Path | None:
+        """Where the hierarchy's ``path`` is seen through this mount (None: not below its
+        root)."""
+        root = self.root.rstrip("/")
+        if path != root and not path.startswith(root + "/"):
+            return None
+        return self.point / path[len(root) :].lstrip("/")
+
+
+def _unescape(field: str) -> str:
+    """A mountinfo path field, its octal escapes (``\\040`` for a space) undone."""
+    out, i = [], 0
+    while i < len(field):
+        if field[i] == "\\" and field[i + 1 : i + 4].isdigit():
+            out.append(chr(int(field[i + 1 : i + 4], 8)))
+            i += 4
+        else:
+            out.append(field[i])
+            i += 1
+    return "".join(out)
+
+
+def parse_mountinfo(text: str) -> tuple[dict[str, _Mount], list[_Mount]]:
+    """The v1 mounts by controller, and the cgroup2 mounts, of a ``mountinfo`` text (the
+    first mount of each hierarchy wins; a later one over the same point hides it, which
+    the caller finds out when the directory is not what it expects)."""
+    v1: dict[str, _Mount] = {}
+    v2: list[_Mount] = []
+    for line in text.splitlines():
+        head, sep, tail = line.partition(" - ")
+        fields, rest = head.split(), tail.split()
+        if not sep or len(fields) < 5 or len(rest) < 3:
+            continue
+        fstype, options = rest[0], rest[2].split(",")
+        point, root = Path(_unescape(fields[4])), _unescape(fields[3])
+        if fstype == "cgroup2":
+            v2.append(_Mount(point, root, frozenset()))
+        elif fstype == "cgroup":
+            mount = _Mount(point, root, frozenset(options))
+            for controller in (*CONTROLLERS, *OPTIONAL):
+                if controller in options:
+                    v1.setdefault(controller, mount)
+    return v1, v2
+
+
+def parse_proc_cgroup(text: str) -> tuple[dict[str, str], str | None]:
+    """The process's v1 cgroup path by controller, and its v2 path, from
+    ``/proc/self/cgroup``."""
+    v1: dict[str, str] = {}
+    v2: str | None = None
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        hid, names, path = parts
+        if hid == "0" and not names:
+            v2 = path
+        for name in names.split(","):
+            v1[name] = path
+    return v1, v2
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except OSError:
+        return None
+
+
+def _keyed(path: Path) -> dict[str, int]:
+    """A flat-keyed cgroup file (``key value`` lines: ``cgroup.events``, ``memory.events``,
+    ``cpu.stat``) as a dict (empty if it cannot be read)."""
+    found: dict[str, int] = {}
+    for line in (_read(path) or "").splitlines():
+        key, _, value = line.partition(" ")
+        with contextlib.suppress(ValueError):
+            found[key] = int(value)
+    return found
+
+
+def _kill(pids: set[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _members(path: Path) -> set[int]:
+    try:
+        return {int(x) for x in (path / "cgroup.procs").read_text().split()}
+    except (OSError, ValueError):
+        return set()
+
+
+# -- the hierarchies ----------------------------------------------------------------
+
+
+class Hierarchy(abc.ABC):
+    """One cgroup hierarchy version: how a run's cgroups are made, limited, listed, killed,
+    measured and removed there. A run's :class:`CgroupSet` holds its directories and
+    calls these; ``dirs`` maps a name (a v1 controller, or ``unified``) to a directory."""
+
+    #: 1 or 2 (0: none).
+    version: ClassVar[int]
+
+    @abc.abstractmethod
+    def describe(self) -> str:
+        """Which hierarchy, and where the runs' cgroups are made (for ``doctor``)."""
+
+    @abc.abstractmethod
+    def support(self) -> dict[str, str | None]:
+        """For each of :data:`CONTROLLERS`: None if runs get it here, else why not."""
+
+    def available(self) -> bool:
+        """Whether per-run cgroups can be made here (to list and kill every process)."""
+        return all(reason is None for reason in self.support().values())
+
+    @abc.abstractmethod
+    def bases(self) -> list[Path]:
+        """The directories that hold the runs' cgroups."""
+
+    @abc.abstractmethod
+    def make(self, name: str) -> dict[str, Path]:
+        """Make one run's cgroups (no limits).
+
+        Raises:
+            OSError: they could not be made (whatever was made is removed).
+        """
+
+    @abc.abstractmethod
+    def set_limits(self, dirs: Mapping[str, Path], *, memory: int | None, pids: int | None) -> None:
+        """Limit memory and process count (None: that one unlimited).
+
+        Raises:
+            OSError: a limit could not be set.
+        """
+
+    def members(self, dirs: Mapping[str, Path]) -> set[int]:
+        """Every process in the run's cgroups (each process of a run is in all of them, so
+        one is read)."""
+        path = dirs.get("pids") or next(iter(dirs.values()), None)
+        return set() if path is None else _members(path)
+
+    @abc.abstractmethod
+    def freeze(self, dirs: Mapping[str, Path], deadline: float) -> None:
+        """Freeze the run's processes, waiting until they are or ``deadline`` (best
+        effort)."""
+
+    @abc.abstractmethod
+    def thaw(self, dirs: Mapping[str, Path]) -> None:
+        """Undo :meth:`freeze` (best effort)."""
+
+    def kill_all(self, dirs: Mapping[str, Path], spare: frozenset[int], timeout: float) -> set[int]:
+        """See :meth:`CgroupSet.kill_all`."""
+        members = self.members(dirs) - spare
+        if not members:
+            return set()
+        if spare:
+            return self._kill_frozen(dirs, spare, timeout)
+        return self._kill_unfrozen(dirs, members, timeout)
+
+    def _kill_frozen(
+        self, dirs: Mapping[str, Path], spare: frozenset[int], timeout: float
+    ) -> set[int]:
+        """Passes of freeze, list, SIGKILL, thaw, until a pass lists nothing but ``spare``."""
+        found: set[int] = set()
+        deadline = time.monotonic() + timeout
+        while True:
+            self.freeze(dirs, deadline)
+            members = self.members(dirs) - spare
+            found |= members
+            _kill(members)
+            self.thaw(dirs)
+            if not members or time.monotonic() > deadline:
+                return found
+            time.sleep(0.001)
+
+    def _kill_unfrozen(
+        self, dirs: Mapping[str, Path], members: set[int], timeout: float
+    ) -> set[int]:
+        """Passes of SIGKILL until a pass finds no member not signalled already."""
+        signalled: set[int] = set()
+        deadline = time.monotonic() + timeout
+        new = members
+        while new and time.monotonic() < deadline:
+            _kill(new)
+            signalled |= new
+            if self._none_but(dirs, signalled):
+                break
+            time.sleep(0.001)  # time for a fork under way to list its child
+            new = self.members(dirs) - signalled
+        return signalled
+
+    def _pids_current(self, dirs: Mapping[str, Path]) -> int | None:
+        """``pids.current`` of the run, where it has a pids controller."""
+        return None
+
+    def _none_but(self, dirs: Mapping[str, Path], signalled: set[int]) -> bool:
+        """Whether the set holds no task but one thread of each of ``signalled`` (then no
+        process of it can fork again, and no child of a fork under way can appear).
+
+        The pids controller charges a task from the moment its fork starts until it is
+        reaped, listed or not. ``pids.current`` is read first; if every signalled process
+        still exists after it (not reaped, so each was charged one task at least), a count
+        equal to their number leaves no room for a second thread, a fork under way or a
+        process the listing missed. Any other count (or no pids controller) says nothing:
+        the caller goes on with its passes.
+        """
+        if self._pids_current(dirs) != len(signalled):
+            return False
+        for pid in signalled:
+            try:
+                os.kill(pid, 0)  # a zombie too: still charged until it is reaped
+            except ProcessLookupError:
+                return False
+            except PermissionError:
+                continue  # another uid's process exists all the same
+        return True
+
+    @abc.abstractmethod
+    def cpu_time(self, dirs: Mapping[str, Path]) -> float | None:
+        """CPU seconds used by the run's processes, gone ones included (None: unknown)."""
+
+    @abc.abstractmethod
+    def memory_peak(self, dirs: Mapping[str, Path]) -> int | None:
+        """The most memory the run used at once, in bytes (None: unknown)."""
+
+    @abc.abstractmethod
+    def memory_exceeded(self, dirs: Mapping[str, Path]) -> bool:
+        """Whether the run hit its memory limit (allocations failed or the OOM killer
+        ran)."""
+
+    @abc.abstractmethod
+    def pids_exceeded(self, dirs: Mapping[str, Path]) -> bool:
+        """Whether a fork was refused at the run's process limit."""
+
+    def remove(self, dirs: Mapping[str, Path]) -> None:
+        """Remove the run's cgroups (empty ones; members still exiting are waited for a
+        second)."""
+        for path in dirs.values():
+            for _ in range(100):
+                try:
+                    path.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.01)  # members still exiting
+
+
+class NoCgroups(Hierarchy):
+    """A host where no per-run cgroup can be made, and why."""
+
+    version = 0
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+    def describe(self) -> str:
+        return f"none ({self.why})"
+
+    def support(self) -> dict[str, str | None]:
+        return dict.fromkeys(CONTROLLERS, self.why)
+
+    def bases(self) -> list[Path]:
+        return []
+
+    def make(self, name: str) -> dict[str, Path]:
+        raise OSError(errno.ENOENT, f"no per-run cgroups here: {self.why}")
+
+    def set_limits(self, dirs: Mapping[str, Path], *, memory: int | None, pids: int | None) -> None:
+        pass
+
+    def freeze(self, dirs: Mapping[str, Path], deadline: float) -> None:
+        pass
+
+    def thaw(self, dirs: Mapping[str, Path]) -> None:
+        pass
+
+    def cpu_time(self, dirs: Mapping[str, Path]) -> float | None:
+        return None
+
+    def memory_peak(self, dirs: Mapping[str, Path]) -> int | None:
+        return None
+
+    def memory_exceeded(self, dirs: Mapping[str, Path]) -> bool:
+        return False
+
+    def pids_exceeded(self, dirs: Mapping[str, Path]) -> bool:
+        return False
+
+
+class CgroupV1(Hierarchy):
+    """The v1 hierarchies: one cgroup per controller per run, under ``sandbox-runtime``
+    in the host's own cgroup of each hierarchy (``bases``: controller to that directory,
+    None where the hierarchy is not mounted)."""
+
+    version = 1
+
+    def __init__(self, bases: Mapping[str, Path | None]) -> None:
+        self._bases = dict(bases)
+
+    def describe(self) -> str:
+        mounted = [c for c, b in self._bases.items() if b is not None]
+        return (
+            f"cgroup v1 ({', '.join(mounted) or 'no hierarchy'}): runs under {RUNS_DIR} "
+            "in the host's own cgroup of each"
+        )
+
+    @functools.cached_property
+    def _support(self) -> dict[str, str | None]:
+        out: dict[str, str | None] = {}
+        for controller in CONTROLLERS:
+            base = self._bases.get(controller)
+            if base is None:
+                out[controller] = f"no cgroup v1 {controller} hierarchy mounted"
+                continue
+            try:
+                base.mkdir(exist_ok=True)
+                probe = base / f"probe-{os.getpid()}"
+                probe.mkdir(exist_ok=True)
+                probe.rmdir()
+            except OSError as exc:
+                out[controller] = f"cgroup v1: cannot create cgroups under {base}: {exc.strerror}"
+            else:
+                out[controller] = None
+        return out
+
+    def support(self) -> dict[str, str | None]:
+        return dict(self._support)
+
+    def bases(self) -> list[Path]:
+        return [base for base in self._bases.values() if base is not None]
+
+    def make(self, name: str) -> dict[str, Path]:
+        dirs: dict[str, Path] = {}
+        try:
+            for controller in (*CONTROLLERS, *OPTIONAL):
+                base = self._bases.get(controller)
+                if base is None:
+                    if controller in OPTIONAL:
+                        continue
+                    raise OSError(errno.ENOENT, f"no {controller} cgroup hierarchy")
+                base.mkdir(exist_ok=True)
+                if controller == "cpu":
+                    (base / "cpu.shares").write_text(str(_RUNS_CPU_SHARES))
+                path = base / name
+                path.mkdir()
+                dirs[controller] = path
+        except BaseException:
+            self.remove(dirs)
+            raise
+        return dirs
+
+    def set_limits(self, dirs: Mapping[str, Path], *, memory: int | None, pids: int | None) -> None:
+        if pids is not None:
+            (dirs["pids"] / "pids.max").write_text(str(pids))
+        if memory is not None:
+            mem = dirs["memory"]
+            (mem / "memory.limit_in_bytes").write_text(str(memory))
+            swap = mem / "memory.memsw.limit_in_bytes"
+            if swap.exists():  # no escape into swap
+                swap.write_text(str(memory))
+
+    def freeze(self, dirs: Mapping[str, Path], deadline: float) -> None:
+        freezer = dirs.get("freezer")
+        if freezer is None:
+            return
+        state = freezer / "freezer.state"
+        with contextlib.suppress(OSError):
+            state.write_text("FROZEN")
+            while state.read_text().strip() == "FREEZING" and time.monotonic() < deadline:
+                time.sleep(0.001)
+
+    def thaw(self, dirs: Mapping[str, Path]) -> None:
+        freezer = dirs.get("freezer")
+        if freezer is not None:
+            with contextlib.suppress(OSError):
+                (freezer / "freezer.state").write_text("THAWED")
+
+    def _int(self, dirs: Mapping[str, Path], controller: str, name: str) -> int | None:
+        path = dirs.get(controller)
+        text = None if path is None else _read(path / name)
+        try:
+            return None if text is None else int(text)
+        except ValueError:
+            return None
+
+    def _pids_current(self, dirs: Mapping[str, Path]) -> int | None:
+        return self._int(dirs, "pids", "pids.current")
+
+    def cpu_time(self, dirs: Mapping[str, Path]) -> float | None:
+        usage = self._int(dirs, "cpuacct", "cpuacct.usage")
+        return None if usage is None else usage / 1e9
+
+    def memory_peak(self, dirs: Mapping[str, Path]) -> int | None:
+        return self._int(dirs, "memory", "memory.max_usage_in_bytes")
+
+    def memory_exceeded(self, dirs: Mapping[str, Path]) -> bool:
+        mem = dirs.get("memory")
+        if mem is None:
+            return False
+        if _keyed(mem / "memory.oom_control").get("oom_kill", 0) > 0:
+            return True
+        return bool(self._int(dirs, "memory", "memory.failcnt"))
+
+    def pids_exceeded(self, dirs: Mapping[str, Path]) -> bool:
+        pids = dirs.get("pids")
+        return pids is not None and _keyed(pids / "pids.events").get("max", 0) > 0
+
+
+class CgroupV2(Hierarchy):
+    """The unified hierarchy: one cgroup per run, made in ``parent``.
+
+    ``parent`` is the directory that holds the runs' cgroups: ``sandbox-runtime`` in the
+    host's own cgroup by default (:func:`hierarchy`), or a delegated subtree given to the
+    host (made if missing; its own parent must be writable to enable controllers there,
+    as a delegated subtree's is). The run's cgroups get the ``memory`` and ``pids``
+    controllers where they can be enabled (see the module docstring).
+    """
+
+    version = 2
+    _NAME: Final = "unified"
+
+    def __init__(self, parent: Path) -> None:
+        self.parent = parent
+        #: Why each of :data:`_V2_CONTROLLERS` is not the runs' (None: it is), once probed.
+        self._missing: dict[str, str | None] = {}
+
+    def describe(self) -> str:
+        return f"cgroup v2 (unified): runs under {self.parent}"
+
+    @functools.cached_property
+    def _support(self) -> dict[str, str | None]:
+        core = self._prepare()
+        if core is not None:
+            return dict.fromkeys(CONTROLLERS, core)
+        enabled = set((_read(self.parent / "cgroup.subtree_control") or "").split())
+        out: dict[str, str | None] = {"freezer": None}
+        for controller in _V2_CONTROLLERS:
+            why = self._missing.get(controller)
+            if controller not in enabled and why is None:
+                why = (
+                    f"cgroup v2: {controller} is not enabled in "
+                    f"{self.parent}/cgroup.subtree_control"
+                )
+            out[controller] = None if controller in enabled else why
+        return out
+
+    def _prepare(self) -> str | None:
+        """Make the parent, probe the core interface in a throwaway cgroup, and enable the
+        controllers runs get; None when runs can have cgroups here, else why not."""
+        try:
+            self.parent.mkdir(exist_ok=True)
+            probe = self.parent / f"probe-{os.getpid()}"
+            probe.mkdir(exist_ok=True)
+            try:
+                lacking = [
+                    name
+                    for name in ("cgroup.kill", "cgroup.freeze", "cgroup.events", "cpu.stat")
+                    if not (probe / name).exists()
+                ]
+            finally:
+                probe.rmdir()
+        except OSError as exc:
+            return f"cgroup v2: cannot create cgroups under {self.parent}: {exc.strerror}"
+        if lacking:
+            return f"cgroup v2: this kernel's cgroups have no {', '.join(lacking)} (Linux < 5.14)"
+        for controller in _V2_CONTROLLERS:
+            self._missing[controller] = self._enable(controller)
+        return None
+
+    def _enable(self, controller: str) -> str | None:
+        """Enable ``controller`` for the runs (in the parent's own parent, then in the
+        parent); None if it is, else why not."""
+        offered = (_read(self.parent / "cgroup.controllers") or "").split()
+        if controller not in offered:
+            above = self.parent.parent
+            try:
+                (above / "cgroup.subtree_control").write_text(f"+{controller}")
+            except OSError as exc:
+                if controller not in (_read(above / "cgroup.controllers") or "").split():
+                    listed = above / "cgroup.controllers"
+                    return f"cgroup v2: the {controller} controller is not listed in {listed}"
+                why = (
+                    "it holds processes, and the kernel enables controllers only below cgroups "
+                    "without processes of their own: give the host a delegated subtree"
+                    if exc.errno == errno.EBUSY
+                    else exc.strerror
+                )
+                return (
+                    f"cgroup v2: cannot enable {controller} in "
+                    f"{above}/cgroup.subtree_control ({why})"
+                )
+        try:
+            (self.parent / "cgroup.subtree_control").write_text(f"+{controller}")
+        except OSError as exc:
+            return (
+                f"cgroup v2: cannot enable {controller} in "
+                f"{self.parent}/cgroup.subtree_control ({exc.strerror})"
+            )
+        return None
+
+    def support(self) -> dict[str, str | None]:
+        return dict(self._support)
+
+    def available(self) -> bool:
+        """The core interface is enough: every process of a run is listed and killed, and
+        its CPU time read, with or without the memory and pids controllers (the items
+        they enforce are refused where they are missing)."""
+        return self._support["freezer"] is None
+
+    def controllers(self) -> frozenset[str]:
+        """The controllers the runs' cgroups get (of ``memory`` and ``pids``)."""
+        return frozenset(c for c in _V2_CONTROLLERS if self._support.get(c) is None)
+
+    def bases(self) -> list[Path]:
+        return [self.parent]
+
+    def make(self, name: str) -> dict[str, Path]:
+        if not self.available():
+            raise OSError(errno.ENOENT, self._support["freezer"] or "no cgroups")
+        path = self.parent / name
+        path.mkdir()
+        return {self._NAME: path}
+
+    def _dir(self, dirs: Mapping[str, Path]) -> Path | None:
+        return dirs.get(self._NAME)
+
+    def set_limits(self, dirs: Mapping[str, Path], *, memory: int | None, pids: int | None) -> None:
+        path = dirs[self._NAME]
+        if pids is not None:
+            (path / "pids.max").write_text(str(pids))
+        if memory is not None:
+            (path / "memory.max").write_text(str(memory))
+            swap = path / "memory.swap.max"
+            if swap.exists():  # no escape into swap
+                swap.write_text("0")
+
+    def freeze(self, dirs: Mapping[str, Path], deadline: float) -> None:
+        path = self._dir(dirs)
+        if path is None:
+            return
+        with contextlib.suppress(OSError):
+            (path / "cgroup.freeze").write_text("1")
+            _wait_event(path, "frozen", 1, deadline)
+
+    def thaw(self, dirs: Mapping[str, Path]) -> None:
+        path = self._dir(dirs)
+        if path is not None:
+            with contextlib.suppress(OSError):
+                (path / "cgroup.freeze").write_text("0")
+
+    def _kill_unfrozen(
+        self, dirs: Mapping[str, Path], members: set[int], timeout: float
+    ) -> set[int]:
+        """``cgroup.kill``: the kernel sends SIGKILL to every member and to every process
+        a fork under way makes, in one write; the members listed are what is returned."""
+        path = dirs[self._NAME]
+        try:
+            (path / "cgroup.kill").write_text("1")
+        except OSError:
+            return super()._kill_unfrozen(dirs, members, timeout)
+        return members | self.members(dirs)
+
+    def _pids_current(self, dirs: Mapping[str, Path]) -> int | None:
+        path = self._dir(dirs)
+        text = None if path is None else _read(path / "pids.current")
+        try:
+            return None if text is None else int(text)
+        except ValueError:
+            return None
+
+    def wait_empty(self, dirs: Mapping[str, Path], timeout: float) -> bool:
+        """Wait until ``cgroup.events`` says no process is left (True), or ``timeout``."""
+        path = self._dir(dirs)
+        return path is None or _wait_event(path, "populated", 0, time.monotonic() + timeout)
+
+    def cpu_time(self, dirs: Mapping[str, Path]) -> float | None:
+        path = self._dir(dirs)
+        usage = None if path is None else _keyed(path / "cpu.stat").get("usage_usec")
+        return None if usage is None else usage / 1e6
+
+    def memory_peak(self, dirs: Mapping[str, Path]) -> int | None:
+        path = self._dir(dirs)
+        text = None if path is None else _read(path / "memory.peak")
+        try:
+            return None if text is None else int(text)
+        except ValueError:
+            return None
+
+    def memory_exceeded(self, dirs: Mapping[str, Path]) -> bool:
+        path = self._dir(dirs)
+        if path is None:
+            return False
+        events = _keyed(path / "memory.events")
+        return events.get("oom_kill", 0) > 0 or events.get("max", 0) > 0
+
+    def pids_exceeded(self, dirs: Mapping[str, Path]) -> bool:
+        path = self._dir(dirs)
+        return path is not None and _keyed(path / "pids.events").get("max", 0) > 0
+
+    def remove(self, dirs: Mapping[str, Path]) -> None:
+        """Remove the run's cgroup and any the program made below it, deepest first,
+        once they are empty (waited for through ``cgroup.events``, a second at most)."""
+        path = self._dir(dirs)
+        if path is None:
+            return
+        self.wait_empty(dirs, 1.0)
+        for below in sorted(_subtree(path), key=lambda p: len(p.parts), reverse=True):
+            with contextlib.suppress(OSError):
+                below.rmdir()
+        super().remove({self._NAME: path})
+
+
+def _subtree(path: Path) -> Iterator[Path]:
+    """The cgroups below ``path`` (not ``path``)."""
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(path):
+            if entry.is_dir(follow_symlinks=False):
+                yield Path(entry.path)
+                yield from _subtree(Path(entry.path))
+
+
+def _wait_event(path: Path, key: str, value: int, deadline: float) -> bool:
+    """Wait until ``cgroup.events`` of ``path`` says ``key value`` (the kernel wakes a
+    poller of the file when it changes), or ``deadline``; whether it did."""
+    try:
+        fd = os.open(path / "cgroup.events", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        poller = select.poll()
+        poller.register(fd, select.POLLPRI | select.POLLERR)
+        while True:
+            os.lseek(fd, 0, os.SEEK_SET)
+            for line in os.read(fd, 4096).decode().splitlines():
+                k, _, v = line.partition(" ")
+                if k == key and v.strip() == str(value):
+                    return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            # At most 10 ms at a time: a notification is not guaranteed on every kernel.
+            poller.poll(min(left, 0.01) * 1000)
+    finally:
+        os.close(fd)
+
+
+# -- which hierarchy this host uses ----------------------------------------------------
+
+
+def probe(mountinfo: str, proc_cgroup: str, parent: Path | None = None) -> Hierarchy:
+    """The hierarchy a host with this ``mountinfo`` and ``/proc/self/cgroup`` uses (v1
+    where its pids, freezer and memory hierarchies are mounted, else v2, else none).
+
+    ``parent``: the directory that holds the runs' cgroups on v2 (a delegated subtree);
+    None for ``sandbox-runtime`` in the host's own cgroup.
+    """
+    v1_mounts, v2_mounts = parse_mountinfo(mountinfo)
+    v1_paths, v2_path = parse_proc_cgroup(proc_cgroup)
+    if all(c in v1_mounts for c in CONTROLLERS) and parent is None:
+        bases: dict[str, Path | None] = {}
+        for controller in (*CONTROLLERS, *OPTIONAL):
+            mount, own = v1_mounts.get(controller), v1_paths.get(controller)
+            where = None if mount is None or own is None else mount.find(own)
+            bases[controller] = where / RUNS_DIR if where is not None and where.is_dir() else None
+        return CgroupV1(bases)
+    if parent is not None:
+        return CgroupV2(parent)
+    if v2_path is not None:
+        for mount in v2_mounts:
+            mine = mount.find(v2_path)
+            if mine is not None:  # (a directory that is not there says so in support())
+                return CgroupV2(mine / RUNS_DIR)
+    if v2_mounts:
+        return NoCgroups("cgroup v2 is mounted, but this process's own cgroup is not under it")
+    missing = [c for c in CONTROLLERS if c not in v1_mounts]
+    return NoCgroups(f"no cgroup v2 mounted, and no cgroup v1 {', '.join(missing)} hierarchy")
+
+
+@functools.cache
+def hierarchy() -> Hierarchy:
+    """This host's hierarchy, probed once (see :func:`probe`)."""
+    mountinfo = _read(Path("/proc/self/mountinfo")) or ""
+    proc_cgroup = _read(Path("/proc/self/cgroup")) or ""
+    return probe(mountinfo, proc_cgroup)
+
+
+def cgroup_support() -> dict[str, str | None]:
+    """For each of ``pids``, ``freezer`` (v2: kill and freeze) and ``memory``: None if
+    per-run cgroups have it here, else why not (the reason names the hierarchy)."""
+    return hierarchy().support()
+
+
+def cgroups_available() -> bool:
+    """Whether per-run cgroups can be made here: every process of a run can be listed
+    and killed there, and its CPU time read."""
+    return hierarchy().available()
+
+
+# -- one run's cgroups ----------------------------------------------------------------
+
+
+class CgroupSet:
+    """One run's cgroups (one per v1 controller, or one v2 cgroup). Use :meth:`create`;
+    always :meth:`remove`. Every operation is its :attr:`hierarchy`'s."""
+
+    def __init__(self, hierarchy: Hierarchy, dirs: dict[str, Path]) -> None:
+        self.hierarchy = hierarchy
+        self.dirs = dirs
+
+    @classmethod
+    def create(
+        cls,
+        name: str,
+        *,
+        memory: int | None,
+        pids: int | None,
+        within: Hierarchy | None = None,
+    ) -> CgroupSet:
+        """Make the run's cgroups (in ``within``, by default this host's hierarchy) and set
+        their limits.
+
+        Raises:
+            OSError: a cgroup could not be made or limited (whatever was made is removed).
+        """
+        where = hierarchy() if within is None else within
+        made = cls(where, where.make(name))
+        try:
+            made.set_limits(memory=memory, pids=pids)
+        except BaseException:
+            made.remove()
+            raise
+        return made
+
+    def set_limits(self, *, memory: int | None, pids: int | None) -> None:
+        """Limit the set's memory and process count (None leaves that one unlimited).
+
+        Raises:
+            OSError: a limit could not be set (for memory: the run already uses more).
+        """
+        self.hierarchy.set_limits(self.dirs, memory=memory, pids=pids)
+
+    def procs_files(self) -> tuple[str, ...]:
+        """The ``cgroup.procs`` file of each cgroup: a process that writes its pid to each
+        of them joins the set."""
+        return tuple(str(path / "cgroup.procs") for path in self.dirs.values())
+
+    def add(self, pid: int) -> None:
+        """Put ``pid`` in every cgroup of the set (before it runs untrusted code)."""
+        for path in self.dirs.values():
+            (path / "cgroup.procs").write_text(str(pid))
+
+    def cpu_time(self) -> float | None:
+        """CPU seconds used by every process of the run so far (and by those gone), where
+        the hierarchy counts it (v1: with a ``cpuacct`` cgroup; v2: always)."""
+        return self.hierarchy.cpu_time(self.dirs)
+
+    def pids(self) -> set[int]:
+        """Every process in the run's cgroups now.
+
+        A process that could move itself out of them (only root, at the ``process`` level,
+        and never at ``confined``) could leave every other wall just as well.
+        """
+        return self.hierarchy.members(self.dirs)
+
+    def freeze(self, timeout: float = 5.0) -> None:
+        """Freeze every process of the run (none runs or forks until :meth:`thaw`),
+        waiting until they are, ``timeout`` at most (best effort)."""
+        self.hierarchy.freeze(self.dirs, time.monotonic() + timeout)
+
+    def thaw(self) -> None:
+        """Undo :meth:`freeze`."""
+        self.hierarchy.thaw(self.dirs)
+
+    def kill_all(self, *, spare: frozenset[int] = frozenset(), timeout: float = 5.0) -> set[int]:
+        """Kill every member (but ``spare``) until none is left; return the pids killed.
+
+        With nothing spared: on v2, one write of ``cgroup.kill`` (the kernel kills every
+        member, and the child of any fork under way); on v1, passes of SIGKILL until a
+        pass finds no member it has not signalled already (a process with SIGKILL pending
+        cannot fork, so only a child whose fork was under way when its parent was
+        signalled can appear after a pass, and the next pass gets it, a millisecond
+        later, unless the pids controller's count shows there can be none: the end of
+        most runs, one single-threaded runner, needs one pass). No freezing:
+        freezing a cgroup of a few hundred busy processes on a loaded machine takes
+        hundreds of milliseconds; this takes a few.
+
+        With ``spare`` (a runner that must outlive the others for now), each pass freezes
+        the cgroups (nothing in them can fork, exit or run, the spared ones included),
+        lists the members, sends SIGKILL to them, and thaws so that the kills land. A set
+        that holds nothing but ``spare`` is left alone.
+
+        The zygote and the runner (subreapers) reap them.
+        """
+        return self.hierarchy.kill_all(self.dirs, spare, timeout)
+
+    def _none_but(self, signalled: set[int]) -> bool:
+        """Whether nothing but one thread of each of ``signalled`` is in the set (see
+        :meth:`Hierarchy._none_but`)."""
+        return self.hierarchy._none_but(self.dirs, signalled)
+
+    def memory_peak(self) -> int | None:
+        """The most memory the run's processes used at once, in bytes."""
+        return self.hierarchy.memory_peak(self.dirs)
+
+    def memory_exceeded(self) -> bool:
+        """Whether the run hit its memory limit (allocations failed or the OOM killer ran)."""
+        return self.hierarchy.memory_exceeded(self.dirs)
+
+    def pids_exceeded(self) -> bool:
+        """Whether a fork was refused because the run hit its process limit."""
+        return self.hierarchy.pids_exceeded(self.dirs)
+
+    def remove(self) -> None:
+        """Remove the run's cgroups (they must be empty: call :meth:`kill_all` first)."""
+        self.hierarchy.remove(self.dirs)
+        self.dirs = {}
