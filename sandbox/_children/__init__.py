@@ -1,8 +1,8 @@
 """Where a run's processes come from and how they end: the zygote and pools of children
 (:mod:`._supervisor`), and the handles a child is made of: the run's place on the host
 (:mod:`._workspace`), its pipes (:mod:`._pipes`) and its runner process (:mod:`._runner`);
-the run's cgroups on either hierarchy (:mod:`._cgroups`), the end of every process a run
-started (:mod:`._reaper`), a
+the run's cgroups on either hierarchy (:mod:`._cgroups`), the CPU time of a whole run
+(:mod:`._cputime`), the end of every process a run started (:mod:`._reaper`), a
 confined run's own host uid (:mod:`._uid`), and the stack of a program killed at its wall
 clock (:mod:`._stack`).
 
@@ -21,6 +21,7 @@ from ._cgroups import (
     cgroups_available,
     hierarchy,
 )
+from ._cputime import RunCpu
 from ._reaper import kill_tree
 from ._remains import REMAINS
 from ._stack import python_stack
@@ -47,6 +48,7 @@ __all__ = [
     "Hierarchy",
     "NoCgroups",
     "Pool",
+    "RunCpu",
     "Spawn",
     "acquire",
     "cgroup_support",

@@ -11,7 +11,9 @@ dumps).
 
 The run (:meth:`_Run.drive`): the Server answers calls, two tasks drain stdout and stderr
 into capped buffers (telling the caller's ``on_output`` what they keep, as it comes), a
-watcher ends the run at its CPU limit, and the Starter waits for the Result, all under the
+watcher ends the run at its CPU limit (all its processes together, read from its cgroups
+or, without them, from its process tree: :mod:`sandbox._children._cputime`), and the
+Starter waits for the Result, all under the
 wall clock. What happened is gathered into an
 :class:`~sandbox._result.Ending`, from which :func:`~sandbox._result.run_result` (pure)
 makes the :class:`~sandbox.RunResult`.
@@ -74,7 +76,7 @@ from protocol import (
 )
 
 from .._budget import Budget, given
-from .._children import REMAINS, Child, Pool, Spawn, acquire, kill_tree, python_stack
+from .._children import REMAINS, Child, Pool, RunCpu, Spawn, acquire, kill_tree, python_stack
 from .._errors import SpawnFailed
 from .._result import Answer, Cause, Ending, Output, RunResult, Verdict, run_result
 from ._levels import Level
@@ -234,7 +236,7 @@ class _Output:
         return Output(text=text, truncated=self.total > len(self.data), total=self.total)
 
 
-def _set_rlimits(pid: int, budget: Budget, *, cpu_watched: bool, in_cgroups: bool) -> None:
+def _set_rlimits(pid: int, budget: Budget, *, in_cgroups: bool) -> None:
     """Set the run's rlimits on its runner ``pid`` (every process it starts inherits them).
 
     Without the run's cgroups (``in_cgroups`` false), two stand in for them (see
@@ -252,9 +254,9 @@ def _set_rlimits(pid: int, budget: Budget, *, cpu_watched: bool, in_cgroups: boo
         if max_processes is not None:
             _lower_to(pid, resource.RLIMIT_NPROC, max_processes)
     if budget.max_cpu is not None:
-        # Whole seconds, per process: the limit itself where the run's CPU time cannot be
-        # watched; else only a backstop, past the point where the watcher kills the run.
-        soft = math.ceil(budget.max_cpu) + (1 if cpu_watched else 0)
+        # Whole seconds, per process: only a backstop, past the point where the host's CPU
+        # watcher kills the run (should the host be too starved to read the run's CPU).
+        soft = math.ceil(budget.max_cpu) + 1
         resource.prlimit(pid, resource.RLIMIT_CPU, (soft, soft + 1))
     if budget.max_file_size is not None:
         resource.prlimit(pid, resource.RLIMIT_FSIZE, (budget.max_file_size,) * 2)
@@ -387,6 +389,7 @@ class _Run:
         self.stopped = False
         self.finished = False
         self.cpu_hit = False  # the CPU watcher ended the run
+        self.cpu: RunCpu | None = None  # the run's CPU time, with max_cpu
         self.stack: tuple[str | None, str | None] = (None, None)
         # What the host measured once the run was stopped (see stop()).
         self.measured = _Measured()
@@ -415,12 +418,7 @@ class _Run:
         if self.cgroups is not None:
             self.cgroups.set_limits(memory=budget.max_memory, pids=given(budget.max_processes))
         if self.process.pid is not None:
-            _set_rlimits(
-                self.process.pid,
-                budget,
-                cpu_watched=self._cpu_watched(),
-                in_cgroups=self.cgroups is not None,
-            )
+            _set_rlimits(self.process.pid, budget, in_cgroups=self.cgroups is not None)
 
     async def _refused(self, reason: str) -> Ending:
         """A child that could not be made ready: no Start was sent; its stderr and exit
@@ -467,8 +465,9 @@ class _Run:
             outputs.start_soon(self.stderr.drain)
             async with anyio.create_task_group() as tg:
                 tg.start_soon(serve)
-                if budget.max_cpu is not None and self._cpu_watched():
-                    tg.start_soon(self._watch_cpu, budget.max_cpu, run_scope)
+                if budget.max_cpu is not None:
+                    self.cpu = RunCpu(self.cgroups, self.process.pid)
+                    tg.start_soon(self._watch_cpu, self.cpu, budget.max_cpu, run_scope)
                 wall_clock = given(budget.wall_clock)
                 with run_scope, anyio.move_on_after(wall_clock or math.inf) as wall:
                     try:
@@ -565,31 +564,58 @@ class _Run:
 
     # -- limits --------------------------------------------------------------------------
 
-    def _cpu_watched(self) -> bool:
-        """Whether the run's CPU time, all its processes together, can be read as it runs."""
-        return self.cgroups is not None and self.cgroups.cpu_time() is not None
-
-    async def _watch_cpu(self, limit: float, stop: anyio.CancelScope) -> None:
+    async def _watch_cpu(self, cpu: RunCpu, limit: float, stop: anyio.CancelScope) -> None:
         """End the run (``stop``) once its processes together have used ``limit`` CPU
         seconds.
 
         The run cannot use more than one CPU second per CPU per second, so the watcher
         sleeps until the soonest moment the limit could be reached: a handful of reads of
-        the cgroup's counter in all, however long the run, and the kill lands within
+        the run's counter in all, however long the run, and the kill lands within
         :data:`_CPU_SLACK` of CPU time past the limit (more only if the host itself is
-        starved: the runs' CPU share keeps it from being).
+        starved: the runs' CPU share keeps it from being, where cgroups give one). The
+        kill is sent here, at once, rather than once the run's task notices: every
+        millisecond of a busy run is CPU time.
         """
-        assert self.cgroups is not None
         cpus = os.cpu_count() or 1
         while True:
-            used = self.cgroups.cpu_time()
+            began = time.thread_time()
+            used = cpu.read()
             if used is None:
                 return
             if used >= limit:
                 self.cpu_hit = True
+                self._kill_now()
                 stop.cancel()
                 return
-            await anyio.sleep(max((limit - used) / cpus, _CPU_SLACK / cpus))
+            # A run that idles just short of its limit is read at most every
+            # _CPU_SLACK / cpus seconds, and the host spends at most a tenth of its CPU
+            # reading (a process tree is a pass over /proc: a millisecond or more).
+            cost = time.thread_time() - began
+            await anyio.sleep(max((limit - used) / cpus, _CPU_SLACK / cpus, 10 * cost))
+
+    def _kill_now(self) -> None:
+        """SIGKILL every process of the run, now (the run is over: no grace period).
+
+        Without cgroups: the runner is stopped (it holds the run's processes in its tree,
+        and may be running the program itself) and every other process of the tree last
+        read is sent SIGKILL, at once; then the rest of the tree (what was forked since),
+        a last read of the tree (the killed are zombies: their times are final), and the
+        runner is killed.
+        """
+        if self.cgroups is not None:
+            self.cgroups.kill_all()
+            return
+        pid = self.process.pid
+        if pid is None or self.process.exit_seen():
+            return
+        self._signal_runner(signal.SIGSTOP)  # (from outside, even PID 1 of a namespace)
+        for other in [] if self.cpu is None else self.cpu.tree[1:]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(other, signal.SIGKILL)
+        kill_tree(pid)  # everything the program started, while the runner holds it
+        if self.cpu is not None:
+            self.cpu.read()  # the final times of the killed ones, before the runner goes
+        self._signal_runner(signal.SIGKILL)
 
     # -- the end -------------------------------------------------------------------------
 
@@ -627,6 +653,12 @@ class _Run:
         elif self.process.exited is not None:
             exited = self.process.exited
             m.cpu_time, m.peak_memory = exited.utime + exited.stime, exited.maxrss
+        if m.cpu_time is None or (self.cpu is not None and cgroups is None):
+            # Without cgroups, the runner's resource usage counts only what it reaped
+            # itself; the process tree's, read as the run was killed, counts the rest.
+            most = None if self.cpu is None else self.cpu.most
+            if most is not None and (m.cpu_time is None or most > m.cpu_time):
+                m.cpu_time = most
 
     async def _stop_tree(self, *, answered: bool) -> None:
         """The end without cgroups: the runner holds the run's processes in its tree (at

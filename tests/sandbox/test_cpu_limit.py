@@ -1,0 +1,186 @@
+"""``max_cpu``: CPU time for the whole run, all its processes and threads together, met
+within 0.1 s of CPU, fractions of a second included, at ``process`` and ``confined``,
+whether the run's CPU is read from its cgroups or (without them) from its process tree.
+
+The CPU a run used is measured, not only the cause of its end: from the result, and,
+independently of the host's own counters, from the zygote, which reaps every process of a
+run (the runner, which reaps what it can, and every orphan), so that the CPU time of all of
+them ends up in its ``cutime`` and ``cstime``. Not for a confined run of several
+processes: when PID 1 of a namespace dies, the kernel reaps its children itself, without
+adding their CPU time to anyone's (``zap_pid_ns_processes`` ignores ``SIGCHLD``); there
+the result's figure stands alone. (The cgroup v2 counter is tested in
+:mod:`tests.sandbox.test_cgroup2`.)
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+import psutil
+import pytest
+
+import sandbox
+from sandbox import Budget, Kind, Level
+from sandbox._children import REMAINS, _supervisor
+from sandbox._children._cputime import tree_cpu_time
+from sandbox._engine import _api, _levels, _process
+from tests.host import child_levels, skip_because_host_cannot
+
+pytestmark = pytest.mark.anyio
+
+#: One process spinning.
+SPIN = "while True: pass"
+#: Three forked workers spinning, and the program waiting for them.
+FORKED_WORKERS = """
+import os
+for _ in range(3):
+    if os.fork() == 0:
+        while True:
+            pass
+os.wait()
+"""
+#: Four threads hashing (which releases the GIL: they run on every CPU at once).
+THREADS = """
+import hashlib, threading
+data = b"x" * (1 << 22)
+def work():
+    while True:
+        hashlib.sha256(data).digest()
+for _ in range(3):
+    threading.Thread(target=work, daemon=True).start()
+work()
+"""
+#: How late the kill may come, in CPU seconds (the issue's bound).
+SLACK = 0.1
+#: The resolution of ``cutime``: one clock tick.
+TICK = 1 / os.sysconf("SC_CLK_TCK")
+
+
+def _reaped_cpu(pid: int) -> float:
+    """CPU seconds of the children ``pid`` has reaped (``cutime`` + ``cstime``)."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        fields = f.read().rsplit(b")", 1)[1].split()
+    return (int(fields[13]) + int(fields[14])) * TICK
+
+
+def _settled(zygote: int, before: set[int]) -> None:
+    """Wait until the run's remains are cleared and the zygote has reaped every process
+    the run left to it (its children are those it had before)."""
+    assert REMAINS.wait_empty(30)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            now = {p.pid for p in psutil.Process(zygote).children()}
+        except psutil.Error:
+            return
+        if now <= before:
+            return
+        time.sleep(0.01)
+    pytest.fail("the zygote did not reap the run's processes")
+
+
+@pytest.fixture(params=["cgroups", "process tree"])
+def counter(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Where the host reads the run's CPU: its cgroups, or (runs made without cgroups)
+    its process tree."""
+    if request.param == "process tree":
+        monkeypatch.setattr(_api, "cgroups_usable", lambda: False)
+    elif not _levels.cgroups_usable():
+        skip_because_host_cannot("make per-run cgroups")
+    return str(request.param)
+
+
+@pytest.mark.parametrize("level", child_levels())
+@pytest.mark.parametrize(
+    ("program", "limit"),
+    [(SPIN, 0.5), (FORKED_WORKERS, 1.0), (THREADS, 0.7)],
+    ids=["one-process-half-a-second", "three-forked-workers", "four-threads"],
+)
+async def test_cpu_limit_is_met_within_a_tenth(
+    level: Level, counter: str, program: str, limit: float
+) -> None:
+    """The run is ended, kind limit, cause cpu, once its processes and threads together
+    have used ``limit``: the CPU it used, as the result says and as the zygote that
+    reaped its processes counts it (see the module docstring), is at least the limit and
+    at most 0.1 s more."""
+    await sandbox.run("1", level=level, spawn="zygote")  # the zygote, started
+    zygote = _supervisor.zygote_pid()
+    assert zygote is not None
+    _settled(zygote, set())
+    before = {p.pid for p in psutil.Process(zygote).children()}
+    reaped = _reaped_cpu(zygote)
+    result = await sandbox.run(
+        program, budget=Budget(wall_clock=60.0, max_cpu=limit), level=level, spawn="zygote"
+    )
+    _settled(zygote, before)
+    used = _reaped_cpu(zygote) - reaped
+    assert (result.kind, result.cause) == (Kind.LIMIT, "cpu"), result.error
+    assert result.cpu_time is not None
+    assert limit <= result.cpu_time <= limit + SLACK, (counter, result.cpu_time)
+    if level is Level.PROCESS or program != FORKED_WORKERS:
+        assert limit - TICK <= used <= limit + SLACK, (counter, used)
+
+
+async def test_no_cpu_watcher_without_max_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run without ``max_cpu`` reads no CPU counter at all: the watcher costs nothing
+    where it is not asked for."""
+
+    def refuse(*args: Any) -> None:
+        raise AssertionError("a CPU counter was made for a run without max_cpu")
+
+    monkeypatch.setattr(_process, "RunCpu", refuse)
+    result = await sandbox.run("sum(range(10**6))", budget=Budget(max_cpu=None))
+    assert result.ok, result.error
+    assert result.value == sum(range(10**6))
+
+
+#: A parent that forks a child burning ``sys.argv[1]`` CPU seconds, reaps it, then forks
+#: another that spins until killed, and waits.
+TREE = """
+import os, sys, time
+def burn(seconds):
+    while time.process_time() < seconds:
+        pass
+pid = os.fork()
+if pid == 0:
+    burn(float(sys.argv[1]))
+    os._exit(0)
+os.waitpid(pid, 0)
+if os.fork() == 0:
+    burn(float("inf"))
+print("reaped", flush=True)
+time.sleep(600)
+"""
+
+
+def test_tree_cpu_time_counts_live_and_reaped_processes() -> None:
+    """Without cgroups the run's CPU is its process tree's: what a process's reaped
+    children used (in its ``cutime``) and what its live children use, each once."""
+    parent = subprocess.Popen(
+        [sys.executable, "-c", TREE, "0.3"], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert parent.stdout is not None
+        assert parent.stdout.readline() == "reaped\n"
+        assert (tree_cpu_time(parent.pid) or 0.0) >= 0.3  # the reaped child's
+        (spinner,) = psutil.Process(parent.pid).children()
+        deadline = time.monotonic() + 30
+        while sum(spinner.cpu_times()[:2]) < 0.2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        own = sum(psutil.Process(parent.pid).cpu_times()[:2])
+        spun = sum(spinner.cpu_times()[:2])
+        total = tree_cpu_time(parent.pid)
+        assert total is not None
+        assert total >= 0.3 + spun + own - 0.02  # (ticks: 10 ms each counter)
+    finally:
+        for child in psutil.Process(parent.pid).children(recursive=True):
+            child.kill()
+        parent.kill()
+        parent.wait()
+        if parent.stdout is not None:
+            parent.stdout.close()
+    assert tree_cpu_time(parent.pid) is None  # gone
