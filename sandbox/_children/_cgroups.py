@@ -71,6 +71,10 @@ OPTIONAL: Final = ("cpuacct", "cpu")
 #: keeps every CPU busy (a fork bomb) cannot starve the host, whose timers (the wall
 #: clock, the CPU watcher) then still fire on time.
 _RUNS_CPU_SHARES: Final = 1024
+#: How long removing a run's cgroups waits for its killed processes to finish exiting: a
+#: fork bomb of a few hundred processes on a loaded machine takes more than a second. (It
+#: is the remains' thread that waits, not a run.)
+_REMOVE_WAIT: Final = 10.0
 #: The v2 controllers the runs' cgroups get where the parent offers them.
 _V2_CONTROLLERS: Final = ("memory", "pids")
 
@@ -323,16 +327,19 @@ class Hierarchy(abc.ABC):
         """Whether a fork was refused at the run's process limit."""
 
     def remove(self, dirs: Mapping[str, Path]) -> None:
-        """Remove the run's cgroups (empty ones; members still exiting are waited for a
-        second)."""
+        """Remove the run's cgroups (empty ones: members still exiting are waited for,
+        :data:`_REMOVE_WAIT` at most; a cgroup that stays busy longer stays)."""
+        deadline = time.monotonic() + _REMOVE_WAIT
         for path in dirs.values():
-            for _ in range(100):
+            while True:
                 try:
                     path.rmdir()
                     break
                 except FileNotFoundError:
                     break
                 except OSError:
+                    if time.monotonic() > deadline:
+                        break
                     time.sleep(0.01)  # members still exiting
 
 
@@ -690,11 +697,11 @@ class CgroupV2(Hierarchy):
 
     def remove(self, dirs: Mapping[str, Path]) -> None:
         """Remove the run's cgroup and any the program made below it, deepest first,
-        once they are empty (waited for through ``cgroup.events``, a second at most)."""
+        once they are empty (waited for through ``cgroup.events``)."""
         path = self._dir(dirs)
         if path is None:
             return
-        self.wait_empty(dirs, 1.0)
+        self.wait_empty(dirs, _REMOVE_WAIT)
         for below in sorted(_subtree(path), key=lambda p: len(p.parts), reverse=True):
             with contextlib.suppress(OSError):
                 below.rmdir()
