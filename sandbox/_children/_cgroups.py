@@ -233,6 +233,11 @@ class Hierarchy(abc.ABC):
         path = dirs.get("pids") or next(iter(dirs.values()), None)
         return set() if path is None else _members(path)
 
+    def run_controllers(self, dirs: Mapping[str, Path]) -> frozenset[str]:
+        """Which of ``memory`` and ``pids`` the run's cgroups have (v1: a cgroup in that
+        hierarchy; v2: the controller enabled for the runs)."""
+        return frozenset(c for c in ("memory", "pids") if c in dirs)
+
     @abc.abstractmethod
     def freeze(self, dirs: Mapping[str, Path], deadline: float) -> None:
         """Freeze the run's processes, waiting until they are or ``deadline`` (best
@@ -612,6 +617,9 @@ class CgroupV2(Hierarchy):
     def bases(self) -> list[Path]:
         return [self.parent]
 
+    def run_controllers(self, dirs: Mapping[str, Path]) -> frozenset[str]:
+        return self.controllers()
+
     def make(self, name: str) -> dict[str, Path]:
         if not self.available():
             raise OSError(errno.ENOENT, self._support["freezer"] or "no cgroups")
@@ -832,10 +840,22 @@ class CgroupSet:
     def set_limits(self, *, memory: int | None, pids: int | None) -> None:
         """Limit the set's memory and process count (None leaves that one unlimited).
 
+        A limit whose controller the run's cgroups lack (:meth:`controllers`) is not set
+        here (the caller sets its substitute).
+
         Raises:
             OSError: a limit could not be set (for memory: the run already uses more).
         """
-        self.hierarchy.set_limits(self.dirs, memory=memory, pids=pids)
+        held = self.controllers()
+        self.hierarchy.set_limits(
+            self.dirs,
+            memory=memory if "memory" in held else None,
+            pids=pids if "pids" in held else None,
+        )
+
+    def controllers(self) -> frozenset[str]:
+        """Which of ``memory`` and ``pids`` limit the run here."""
+        return self.hierarchy.run_controllers(self.dirs)
 
     def procs_files(self) -> tuple[str, ...]:
         """The ``cgroup.procs`` file of each cgroup: a process that writes its pid to each

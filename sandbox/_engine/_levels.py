@@ -96,20 +96,30 @@ def _enforcement(level: Level) -> tuple[Mapping[str, str], Mapping[str, str]]:
             "the working directory is a directory of the host's: only confined gives a run "
             "a file system of its own to bound"
         )
+    support = cgroup_support()
     if cgroups_usable():
-        return gaps, substitutes
-    # The first controller that cannot be made says why (`sandbox doctor` lists them all).
-    why = next((f"{name}: {why}" for name, why in cgroup_support().items() if why), "")
-    no_cgroups = f"no per-run cgroups here: {why}"
+        # On cgroup v2, the runs may have cgroups without the memory or pids controller.
+        lacking = {c for c in ("memory", "pids") if support.get(c) is not None}
+        if not lacking:
+            return gaps, substitutes
+        why = "; ".join(f"{c}: {support[c]}" for c in sorted(lacking))
+        no_cgroups = f"the run's cgroups lack that controller here: {why}"
+    else:
+        lacking = {"memory", "pids"}
+        # The first controller that cannot be made says why (`sandbox doctor` lists them).
+        why = next((f"{name}: {why}" for name, why in support.items() if why), "")
+        no_cgroups = f"no per-run cgroups here: {why}"
     if _program_is_root(level):
-        gaps["max_memory"] = (
-            "needs a per-run memory cgroup: the program runs as root, which can raise any "
-            f"rlimit ({no_cgroups})"
-        )
-        gaps["max_processes"] = (
-            "needs a per-run pids cgroup: the program runs as root, which RLIMIT_NPROC "
-            f"does not bind ({no_cgroups})"
-        )
+        if "memory" in lacking:
+            gaps["max_memory"] = (
+                "needs a per-run memory cgroup: the program runs as root, which can raise "
+                f"any rlimit ({no_cgroups})"
+            )
+        if "pids" in lacking:
+            gaps["max_processes"] = (
+                "needs a per-run pids cgroup: the program runs as root, which RLIMIT_NPROC "
+                f"does not bind ({no_cgroups})"
+            )
         return gaps, substitutes
     total = (
         "the run's processes together may hold max_processes times as much"
@@ -117,31 +127,29 @@ def _enforcement(level: Level) -> tuple[Mapping[str, str], Mapping[str, str]]:
         else "nothing bounds how many processes a run has at this level, so nothing "
         "bounds their total"
     )
-    substitutes["max_memory"] = (
-        f"per process, not for the run as a whole ({no_cgroups}): each process may hold "
-        "max_memory bytes of private memory (heap and anonymous mappings: RLIMIT_DATA) "
-        "beyond what the runner held when the run began, and an allocation past that "
-        f"fails with MemoryError; {total}. Not counted: shared memory and memfds, the "
-        "page cache and the kernel's own memory (at confined, the run's files are bounded "
-        "by max_disk). The host cannot see the run's memory: it takes the program's "
-        "MemoryError for the limit"
-    )
-    if level is Level.CONFINED and _nproc_counts_per_namespace():
+    if "memory" in lacking:
+        substitutes["max_memory"] = (
+            f"per process, not for the run as a whole ({no_cgroups}): each process may hold "
+            "max_memory bytes of private memory (heap and anonymous mappings: RLIMIT_DATA) "
+            "beyond what the runner held when the run began, and an allocation past that "
+            f"fails with MemoryError; {total}. Not counted: shared memory and memfds, the "
+            "page cache and the kernel's own memory (at confined, the run's files are bounded "
+            "by max_disk). The host cannot see the run's memory: it takes the program's "
+            "MemoryError for the limit"
+        )
+    if "pids" in lacking and level is Level.CONFINED and _nproc_counts_per_namespace():
         substitutes["max_processes"] = (
             f"by RLIMIT_NPROC ({no_cgroups}), which the kernel counts for the run's own "
             "user namespace or uid: the run's processes and threads, as a pids cgroup "
             "counts them, but the host does not see a fork refused (the program gets "
             "EAGAIN)"
         )
-    else:
+    elif "pids" in lacking:
         where = "" if level is Level.PROCESS else ", in every user namespace (Linux < 5.14)"
         gaps["max_processes"] = (
             "needs a per-run pids cgroup: RLIMIT_NPROC would count every process of the "
             f"host's uid{where}, not the run's ({no_cgroups})"
         )
-    substitutes["max_cpu"] = (
-        f"per process, in whole seconds (RLIMIT_CPU), not for the run as a whole ({no_cgroups})"
-    )
     return gaps, substitutes
 
 

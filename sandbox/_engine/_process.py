@@ -236,10 +236,11 @@ class _Output:
         return Output(text=text, truncated=self.total > len(self.data), total=self.total)
 
 
-def _set_rlimits(pid: int, budget: Budget, *, in_cgroups: bool) -> None:
+def _set_rlimits(pid: int, budget: Budget, *, in_cgroups: frozenset[str]) -> None:
     """Set the run's rlimits on its runner ``pid`` (every process it starts inherits them).
 
-    Without the run's cgroups (``in_cgroups`` false), two stand in for them (see
+    Where the run's cgroups do not limit memory or processes (``in_cgroups``: the
+    controllers they have, of ``memory`` and ``pids``), two rlimits stand in (see
     :func:`sandbox._engine._levels._enforcement`): ``RLIMIT_DATA`` for ``max_memory``, per
     process, above what the runner holds now; ``RLIMIT_NPROC`` for ``max_processes``.
     Neither is raised above the runner's own hard limit (only a privileged host could).
@@ -247,9 +248,9 @@ def _set_rlimits(pid: int, budget: Budget, *, in_cgroups: bool) -> None:
     Raises:
         OSError: a limit could not be set.
     """
-    if not in_cgroups:
-        if budget.max_memory is not None:
-            _lower_to(pid, resource.RLIMIT_DATA, _data_held(pid) + budget.max_memory)
+    if "memory" not in in_cgroups and budget.max_memory is not None:
+        _lower_to(pid, resource.RLIMIT_DATA, _data_held(pid) + budget.max_memory)
+    if "pids" not in in_cgroups:
         max_processes = given(budget.max_processes)
         if max_processes is not None:
             _lower_to(pid, resource.RLIMIT_NPROC, max_processes)
@@ -418,7 +419,8 @@ class _Run:
         if self.cgroups is not None:
             self.cgroups.set_limits(memory=budget.max_memory, pids=given(budget.max_processes))
         if self.process.pid is not None:
-            _set_rlimits(self.process.pid, budget, in_cgroups=self.cgroups is not None)
+            held = frozenset() if self.cgroups is None else self.cgroups.controllers()
+            _set_rlimits(self.process.pid, budget, in_cgroups=held)
 
     async def _refused(self, reason: str) -> Ending:
         """A child that could not be made ready: no Start was sent; its stderr and exit
