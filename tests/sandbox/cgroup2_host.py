@@ -87,9 +87,20 @@ def _run_cgroups() -> list[Path]:
     return sorted(_parent().glob(f"{CGROUP_PREFIX}{os.getpid()}-*"))
 
 
-def _existing(pids: list[int]) -> list[int]:
-    """Those of ``pids`` that still exist (zombies included)."""
-    return [pid for pid in pids if os.path.exists(f"/proc/{pid}")]
+def _started(pid: int) -> int | None:
+    """When ``pid`` started (clock ticks after boot; None: no such process): with its pid,
+    what tells a process from a later one given the same pid (pids wrap around quickly on
+    a busy machine)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _existing(members: dict[int, int | None]) -> list[int]:
+    """Those of ``members`` (pid: start time) that still exist (zombies included)."""
+    return [pid for pid, started in members.items() if _started(pid) == started]
 
 
 def _wait(done: Callable[[], bool], seconds: float) -> bool:
@@ -125,12 +136,13 @@ async def no_survivors(level: Level) -> Found:
     """A run of several processes, ended at its wall clock: every process of it was in
     the run's v2 cgroup, none runs program code once ``run`` returns, and none, nor the
     cgroup, is left once its remains are cleared."""
-    members: list[int] = []
+    members: dict[int, int | None] = {}
     own_cgroups: list[str] = []
 
     def started() -> None:
         (run_cgroup,) = _run_cgroups()
-        members.extend(int(pid) for pid in (run_cgroup / "cgroup.procs").read_text().split())
+        for pid in map(int, (run_cgroup / "cgroup.procs").read_text().split()):
+            members[pid] = _started(pid)
         for pid in members:
             with contextlib.suppress(OSError):
                 own_cgroups.append(Path(f"/proc/{pid}/cgroup").read_text().strip())
@@ -138,7 +150,11 @@ async def no_survivors(level: Level) -> Found:
     result = await sandbox.run(
         SPREAD, tools=[started], budget=Budget(wall_clock=3.0), level=level, spawn="zygote"
     )
-    running_after_return = [pid for pid in members if not cannot_run_program_code(pid)]
+    running_after_return = [
+        pid
+        for pid, started in members.items()
+        if not cannot_run_program_code(pid) and _started(pid) == started
+    ]
     cleared = REMAINS.wait_empty(30)
     return {
         "kind": result.kind,
