@@ -24,8 +24,15 @@ __all__ = ["DEFAULTS", "UNSET", "Budget", "given"]
 #: cannot (:meth:`Budget.applied`); ``None`` lifts it explicitly.
 DEFAULTS: Final[Mapping[str, int | float]] = {
     # Seconds the whole run may take: a program that runs longer than this has most likely
-    # hung (``in_process`` cannot enforce it, and does not apply it).
+    # hung (``in_process`` cannot enforce it, and does not apply it). Generated programs
+    # that do real work (a few hundred tool calls, a data set of some MiB) take seconds.
     "wall_clock": 30.0,
+    # Bytes of memory, all of the run's processes together (page cache and in-memory files
+    # included): 512 MiB, Cloud Run's default for a whole service instance; room for a
+    # data frame of some million rows, while four runs at once still fit in a small host's
+    # 4 GiB. A runner starts in about 10 MiB. ``in_process`` cannot enforce it, and does
+    # not apply it; neither does a host without a memory cgroup.
+    "max_memory": 512 << 20,
     # Tool calls in flight at once: the protocol's own default (invariant 4). It cannot be
     # lifted, only changed.
     "max_inflight": DEFAULT_MAX_INFLIGHT,
@@ -138,7 +145,9 @@ class Budget(msgspec.Struct, frozen=True, kw_only=True):
         max_inflight: tool calls in flight at once: by default 64, always enforced (it
             cannot be ``None``).
         max_call_deadline: seconds one tool call may take; the program may ask for less.
-        max_memory: bytes of memory the program (all its processes) may use.
+        max_memory: bytes of memory the program (all its processes) may use: by default
+            512 MiB where the level can enforce it (not ``in_process``, nor a host without
+            a memory cgroup).
         max_cpu: seconds of CPU time the program may use.
         max_output: bytes of stdout, and of stderr, kept (by default 1 MiB); the rest is
             counted and dropped.
@@ -162,7 +171,7 @@ class Budget(msgspec.Struct, frozen=True, kw_only=True):
     max_bytes: int | None = None
     max_inflight: int | UnsetType = UNSET
     max_call_deadline: float | None = None
-    max_memory: int | None = None
+    max_memory: int | UnsetType | None = UNSET
     max_cpu: float | None = None
     max_output: int | UnsetType | None = UNSET
     max_file_size: int | None = None
@@ -217,7 +226,7 @@ class Budget(msgspec.Struct, frozen=True, kw_only=True):
             wall_clock=0 if b.wall_clock is None else _nanoseconds(b.wall_clock),
             max_calls=b.max_calls or 0,
             max_bytes=b.max_bytes or 0,
-            max_memory=b.max_memory or 0,
+            max_memory=given(b.max_memory) or 0,
             max_inflight=self.call_limits().max_inflight,
         )
 

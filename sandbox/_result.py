@@ -22,6 +22,8 @@ import msgspec
 
 from protocol import CallStats, Kind, RunnerExit
 
+from ._text import size
+
 __all__ = ["Answer", "Cause", "Ending", "Output", "RunResult", "Verdict", "run_result"]
 
 
@@ -231,6 +233,11 @@ def run_result(ending: Ending) -> RunResult:
     return replace(base, ok=True, value=value)
 
 
+def _size_of(limit: float | None) -> str:
+    """A byte limit as the messages show it (``512 MiB``)."""
+    return "no limit" if limit is None else size(int(limit))
+
+
 def _death(e: Ending, exit_code: int | None, sig: int | None) -> Verdict:
     """Why a runner ended without answering, from what the host measured."""
     how = f"signal {signals.Signals(sig).name}" if sig else f"exit code {exit_code}"
@@ -238,7 +245,7 @@ def _death(e: Ending, exit_code: int | None, sig: int | None) -> Verdict:
         return Verdict(
             Kind.LIMIT,
             Cause.MEMORY,
-            f"memory limit of {e.limits.get('max_memory')} bytes reached; the run was killed",
+            f"memory limit of {_size_of(e.limits.get('max_memory'))} reached; the run was killed",
         )
     if e.pids_hit:
         return Verdict(
@@ -274,7 +281,7 @@ def _failure(e: Ending, answer: Answer, exit_code: int | None) -> dict[str, Any]
     if out_of_memory:
         error = (
             f"memory limit reached: the program ran out of memory under its limit of "
-            f"{e.limits.get('max_memory')} bytes per process (RLIMIT_DATA: this host gives "
+            f"{_size_of(e.limits.get('max_memory'))} per process (RLIMIT_DATA: this host gives "
             f"the run no memory cgroup, so this is the program's own report)\n{error}"
         )
     limit_seen = (
@@ -309,7 +316,7 @@ def _failure(e: Ending, answer: Answer, exit_code: int | None) -> dict[str, Any]
         fields.update(
             kind=Kind.LIMIT,
             cause=Cause.DISK,
-            error=f"the run's file system (max_disk: {e.limits.get('max_disk')} bytes) "
+            error=f"the run's file system (max_disk: {_size_of(e.limits.get('max_disk'))}) "
             f"was full when the program failed:\n{error}",
         )
     return fields

@@ -13,13 +13,17 @@ backslashes included, is left as it is, so ordinary output reads the same. The c
 line uses it for all program text it writes in human form; :func:`printable_json` does the
 same for JSON text (JSON escapes C0 controls itself, not the others), and the API keeps the
 raw text.
+
+:func:`size` and :func:`plural` write numbers as the host's own messages show them: a byte
+count in binary units (``200 MiB``, not ``209715200 bytes``), a count with its noun
+agreeing (``1 call``, ``2 calls``).
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["printable", "printable_json"]
+__all__ = ["plural", "printable", "printable_json", "seconds", "size"]
 
 _BIDI: Final = (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A))
 _ESCAPED: Final = (
@@ -48,3 +52,30 @@ def printable_json(text: str) -> str:
     """JSON ``text`` that decodes to the same value, with no character :func:`printable`
     would escape left raw."""
     return text.translate(_JSON_TABLE)
+
+
+_UNITS: Final = ((1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB"))
+
+
+def size(count: int) -> str:
+    """A byte count as a person reads it: ``512 MiB``, ``1.5 GiB``, ``100 KiB``, ``1 byte``.
+
+    A count of at least 1 KiB is written in the largest binary unit it reaches, with up to
+    two decimals and no trailing zeros (so ``1.4 GiB`` for 1.5e9 bytes: a rounded figure,
+    for messages; the exact count is the budget's own). Below 1 KiB, the count of bytes.
+    """
+    for unit, name in _UNITS:
+        if abs(count) >= unit:
+            return f"{count / unit:.2f}".rstrip("0").rstrip(".") + f" {name}"
+    return plural(count, "byte")
+
+
+def plural(count: int, noun: str) -> str:
+    """``count`` and ``noun``, the noun with an ``s`` unless the count is one: ``1 call``,
+    ``0 calls``, ``3 calls``."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def seconds(value: float) -> str:
+    """A number of seconds as a message shows it: ``2 s``, ``0.5 s``, ``1 s``."""
+    return f"{value:g} s"

@@ -248,8 +248,9 @@ def _set_rlimits(pid: int, budget: Budget, *, in_cgroups: frozenset[str]) -> Non
     Raises:
         OSError: a limit could not be set.
     """
-    if "memory" not in in_cgroups and budget.max_memory is not None:
-        _lower_to(pid, resource.RLIMIT_DATA, _data_held(pid) + budget.max_memory)
+    max_memory = given(budget.max_memory)
+    if "memory" not in in_cgroups and max_memory is not None:
+        _lower_to(pid, resource.RLIMIT_DATA, _data_held(pid) + max_memory)
     if "pids" not in in_cgroups:
         max_processes = given(budget.max_processes)
         if max_processes is not None:
@@ -417,7 +418,9 @@ class _Run:
         """
         budget = self.budget
         if self.cgroups is not None:
-            self.cgroups.set_limits(memory=budget.max_memory, pids=given(budget.max_processes))
+            self.cgroups.set_limits(
+                memory=given(budget.max_memory), pids=given(budget.max_processes)
+            )
         if self.process.pid is not None:
             held = frozenset() if self.cgroups is None else self.cgroups.controllers()
             _set_rlimits(self.process.pid, budget, in_cgroups=held)
@@ -540,7 +543,7 @@ class _Run:
             wall_time=time.perf_counter() - self.t0,
             status=None if self.process.exited is None else self.process.exited.status,
             limits={
-                "max_memory": self.budget.max_memory,
+                "max_memory": given(self.budget.max_memory),
                 "max_processes": given(self.budget.max_processes),
                 "max_cpu": self.budget.max_cpu,
                 "max_disk": given(self.budget.max_disk),
@@ -555,7 +558,7 @@ class _Run:
             stats=stats,
             disk_hit=m.disk_hit,
             memory_hit=m.memory_hit,
-            memory_per_process=self.cgroups is None and self.budget.max_memory is not None,
+            memory_per_process=self.cgroups is None and given(self.budget.max_memory) is not None,
             pids_hit=m.pids_hit,
             cpu_time=m.cpu_time,
             peak_memory=m.peak_memory,

@@ -275,8 +275,10 @@ def test_the_wire_and_the_server_get_the_budget_in_their_own_terms() -> None:
     assert budget.call_limits() == CallLimits(
         max_calls=3, max_bytes=None, max_inflight=64, max_call_deadline=2.0
     )
-    assert Budget().start_budget() == StartBudget(wall_clock=30 * 10**9, max_inflight=64)
-    assert Budget(wall_clock=None).start_budget() == StartBudget(max_inflight=64)
+    assert Budget().start_budget() == StartBudget(
+        wall_clock=30 * 10**9, max_memory=512 << 20, max_inflight=64
+    )
+    assert Budget(wall_clock=None, max_memory=None).start_budget() == StartBudget(max_inflight=64)
     assert Budget(max_inflight=2).start_budget().max_inflight == 2
     assert Budget(max_inflight=2).call_limits() == CallLimits(max_inflight=2)
 

@@ -1,0 +1,137 @@
+"""Safe defaults: a budget that asks for nothing still has a wall clock, a memory limit, a
+process limit and output caps wherever the level can enforce them, the same in the API and
+in every command; each is lifted by ``None`` (``none`` on the command line), item by item;
+``in_process``, which can enforce none of them, runs without them rather than refusing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import sandbox
+from sandbox import DEFAULTS, Budget, BudgetUnsupported, Kind, Level
+from sandbox._commands._main import _parser
+from sandbox._commands._options import budget_from
+from sandbox._engine import applied_budget, with_defaults
+from sandbox.plane import ProgramTool
+from sandbox.plane._capability import cap_budget
+
+from ..commands import exit_code
+from ..host import child_levels, needs_enforcing
+
+pytestmark = [pytest.mark.anyio]
+
+#: Allocates and touches 1 GiB: past the default memory limit, well within this host.
+ALLOCATES_1_GIB = (Path(__file__).parent / "hostile" / "allocates_past_limit.py").read_text()
+
+
+def test_the_defaults_are_the_documented_values() -> None:
+    """The defaults are those README's table lists: 30 s, 512 MiB, 256 processes, 1 MiB of
+    each output stream, 64 calls in flight, 64 MiB of files."""
+    assert dict(DEFAULTS) == {
+        "wall_clock": 30.0,
+        "max_memory": 512 << 20,
+        "max_inflight": 64,
+        "max_output": 1 << 20,
+        "max_processes": 256,
+        "max_disk": 64 << 20,
+    }
+
+
+@pytest.mark.parametrize("level", child_levels())
+def test_a_budget_that_asks_for_nothing_has_every_default(level: Level) -> None:
+    """Budget() at a child level has each default the level can enforce here, and no limit
+    only where it cannot (process has no file system of the run's own to bound)."""
+    applied = applied_budget(level, Budget())
+    gaps = sandbox.unenforceable(level)
+    for item, default in DEFAULTS.items():
+        assert getattr(applied, item) == (None if item in gaps else default), item
+
+
+def test_each_default_is_lifted_by_none_item_by_item() -> None:
+    """None lifts one item and leaves the other defaults in place."""
+    for item in ("wall_clock", "max_memory", "max_output", "max_processes"):
+        applied = applied_budget(Level.PROCESS, Budget(**{item: None}))  # type: ignore[arg-type]
+        assert getattr(applied, item) is None, item
+        others = [i for i in ("wall_clock", "max_output") if i != item]
+        assert all(getattr(applied, i) == DEFAULTS[i] for i in others), item
+
+
+@needs_enforcing("max_memory")
+@pytest.mark.parametrize("level", child_levels())
+async def test_a_program_past_the_default_memory_limit_is_ended(level: Level) -> None:
+    """A program that allocates 1 GiB under a budget that asks for nothing is ended at the
+    default memory limit (kind limit, cause memory, named in MiB); with max_memory=None it
+    gets its gigabyte."""
+    capped = await sandbox.run(ALLOCATES_1_GIB, level=level)
+    assert (capped.ok, capped.kind, capped.cause) == (False, Kind.LIMIT, "memory"), capped.error
+    assert "512 MiB" in capped.error
+    if "max_memory" not in sandbox.substitutes(level):  # a cgroup: the host measured it
+        assert capped.peak_memory is not None
+        assert capped.peak_memory <= DEFAULTS["max_memory"]
+    lifted = await sandbox.run(ALLOCATES_1_GIB, level=level, budget=Budget(max_memory=None))
+    assert (lifted.ok, lifted.value) == (True, 64), lifted.error
+
+
+@pytest.mark.parametrize("level", child_levels())
+async def test_an_endless_program_is_ended_at_the_default_wall_clock(
+    level: Level, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``while True: pass`` with no budget at all is ended at the default wall clock (made
+    2 s here, so that the test does not wait 30)."""
+    monkeypatch.setitem(DEFAULTS, "wall_clock", 2.0)
+    result = await sandbox.run("while True: pass", level=level)
+    assert (result.kind, result.cause) == (Kind.LIMIT, "wall_clock"), result.error
+    assert result.wall_time >= 2.0
+
+
+async def test_in_process_runs_without_the_defaults_it_cannot_enforce() -> None:
+    """in_process applies only the call and output items; a budget that asks for nothing
+    runs there, and memory asked for explicitly is still refused."""
+    applied = applied_budget(Level.IN_PROCESS, Budget())
+    assert (applied.wall_clock, applied.max_memory, applied.max_processes) == (None, None, None)
+    assert applied.max_inflight == DEFAULTS["max_inflight"]
+    result = await sandbox.run("6 * 7", level=Level.IN_PROCESS)
+    assert (result.ok, result.value) == (True, 42), result.error
+    with pytest.raises(BudgetUnsupported, match="max_memory"):
+        await sandbox.run("1", level=Level.IN_PROCESS, budget=Budget(max_memory=64 << 20))
+
+
+async def test_a_host_without_a_memory_cgroup_runs_without_the_memory_default(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where the host has no memory cgroup, the memory default is not applied (the run
+    goes ahead); a memory limit asked for is refused."""
+    import sandbox._engine._levels as levels
+
+    monkeypatch.setattr(
+        levels, "_enforcement", lambda level: ({"max_memory": "no memory cgroup"}, {})
+    )
+    assert with_defaults(Level.PROCESS, Budget()).max_memory is None
+    with pytest.raises(BudgetUnsupported, match="max_memory"):
+        applied_budget(Level.PROCESS, Budget(max_memory=64 << 20))
+
+
+def test_every_command_and_the_plane_get_the_same_defaults() -> None:
+    """``run``, ``serve`` and ``agent`` with no budget option make Budget(), which has the
+    API's defaults; the plane's program tool and a serve session that asks to lift an item
+    keep them too (a session cannot lift past the server's ceiling)."""
+    api = applied_budget(Level.PROCESS, Budget())
+    for command in (["run", "p.py"], ["serve"], ["agent", "--model", "m", "task"]):
+        budget = budget_from(_parser().parse_args(command))
+        assert applied_budget(Level.PROCESS, budget) == api, command
+    tool = with_defaults(Level.PROCESS, ProgramTool(level=Level.PROCESS).budget)
+    assert (tool.wall_clock, tool.max_memory) == (api.wall_clock, api.max_memory)
+    session = cap_budget(Budget(wall_clock=None, max_memory=None), ceilings=Budget())
+    assert applied_budget(Level.PROCESS, session) == api
+
+
+@needs_enforcing("max_memory")
+def test_sandbox_run_limits_memory_by_default(tmp_path: Path) -> None:
+    """``sandbox run`` with no budget option ends a 1 GiB program at the default memory
+    limit (exit 3), and ``--max-memory none`` lets it run (exit 0)."""
+    program = tmp_path / "big.py"
+    program.write_text(ALLOCATES_1_GIB)
+    assert exit_code(["run", str(program)]) == 3
+    assert exit_code(["run", str(program), "--max-memory", "none"]) == 0
