@@ -13,6 +13,7 @@ from protocol import DEFAULT_MAX_INFLIGHT, INT64_MAX, CallLimits, StartBudget
 from runner import DEFAULT_DISK_BYTES
 
 from ._errors import BudgetError
+from ._text import size
 
 _T = TypeVar("_T")
 
@@ -65,13 +66,15 @@ _LEAST: Final[Mapping[str, tuple[int, str]]] = {
     "max_calls": (0, ""),
     "max_bytes": (0, ""),
     "max_inflight": (1, ""),
-    "max_memory": (MIN_MEMORY, ": a Python runner needs about 10 MiB to start"),
+    "max_memory": (MIN_MEMORY, " (a Python runner needs about 10 MiB to start)"),
     "max_output": (0, ""),
     "max_file_size": (1, ""),
-    "max_open_files_per_process": (16, ": the runner itself needs a few"),
+    "max_open_files_per_process": (16, " (the runner itself needs a few)"),
     "max_processes": (1, ""),
     "max_disk": (1, ""),
 }
+#: Whole-number items that count bytes: their bounds are written in binary units.
+_BYTES: Final = frozenset({"max_bytes", "max_memory", "max_output", "max_file_size", "max_disk"})
 #: Items that ``None`` does not lift, and why.
 _NOT_NONE: Final[Mapping[str, str]] = {"max_inflight": "the in-flight cap is always enforced"}
 
@@ -93,15 +96,18 @@ def _problem(name: str, value: object) -> str | None:
     if value is None:
         return f"cannot be None: {_NOT_NONE[name]}" if name in _NOT_NONE else None
     got = f"got {value!r} ({type(value).__name__})"
+    lift = "" if name in _NOT_NONE else " (None means no limit)"
     if name in _SECONDS:
         if isinstance(value, bool) or not isinstance(value, int | float):
-            return f"must be a number of seconds, {got}"
+            return f"must be a number of seconds (an int or a float), {got}"
         try:
             seconds = float(value)
         except OverflowError:  # an int past every float
             seconds = math.inf if value > 0 else -math.inf
         if not (seconds > 0 and math.isfinite(seconds)):
-            return f"must be a positive, finite number of seconds, got {value!r}"
+            # Zero means zero here as for every item; a run (or a call) given no time at
+            # all could only fail, so it is refused with the way to ask for no limit.
+            return f"must be a positive, finite number of seconds, got {value!r}{lift}"
         if not 1 <= seconds * 1e9 < 2.0**63:  # so that 1 <= _nanoseconds(value) <= INT64_MAX
             return (
                 "must be from a nanosecond to 292 years (the wire's int64 nanoseconds), "
@@ -109,13 +115,21 @@ def _problem(name: str, value: object) -> str | None:
             )
         return None
     if isinstance(value, bool) or not isinstance(value, int):
-        return f"must be a whole number, {got}"
+        # A float is refused even when it is whole (1e9): the item is a count, and a float
+        # that stands for one past 2**53 is not the count that was written.
+        hint = f": int({value!r}) if that is meant" if _whole_float(value) else ""
+        return f"must be a whole number (an int), {got}{hint}"
     least, why = _LEAST[name]
     if value < least:
-        return f"must be >= {least}{why}, got {value!r}"
+        bound = size(least) if name in _BYTES and least else str(least)
+        return f"must be at least {bound}{why}, got {value!r}"
     if value > INT64_MAX:
         return f"must be at most {INT64_MAX} (Go's int64, as on the wire), got {value!r}"
     return None
+
+
+def _whole_float(value: object) -> bool:
+    return isinstance(value, float) and value.is_integer()
 
 
 def given(value: _T | UnsetType | None) -> _T | None:
@@ -134,8 +148,12 @@ class Budget(msgspec.Struct, frozen=True, kw_only=True):
     (:class:`~sandbox.BudgetUnsupported`): never silently ignored.
 
     Every item is checked once, when the budget is made (or decoded): its type, its value,
-    and that the wire can carry it (Go's int64). Seconds are numbers, every other item a
-    whole number.
+    and that the wire can carry it (Go's int64). Items in seconds are an ``int`` or a
+    ``float``; every other item is an ``int``: a float is refused even when it is whole
+    (write ``int(1e9)``), and a ``bool`` is never a number. Zero means zero for every item
+    (``max_calls=0``: no call); an item in seconds must be positive, since no time at all
+    could only fail. Every bad item is named in one :class:`~sandbox.BudgetError`
+    (``.items``: each with what is wrong with it).
 
     Attributes:
         wall_clock: seconds the whole run may take; the child is killed at the limit. By

@@ -379,10 +379,10 @@ def test_tools_module_that_fails_to_load_exits_four(tmp_path: Path, source: str)
     ("args", "says"),
     [
         (["--timeout", "-1"], "argument --timeout: wall_clock must be a positive"),
-        (["--max-calls", "-1"], "argument --max-calls: max_calls must be >= 0, got -1"),
+        (["--max-calls", "-1"], "argument --max-calls: max_calls must be at least 0, got -1"),
         (["--max-inflight", "none"], "max_inflight cannot be None"),
         (["--call-timeout", "nan"], "argument --call-timeout: max_call_deadline must be"),
-        (["--max-open-files", "3"], "max_open_files_per_process must be >= 16"),
+        (["--max-open-files", "3"], "max_open_files_per_process must be at least 16"),
         (["--max-memory", "1000"], "argument --max-memory: max_memory must be at least 16M"),
         (["--level", "in_process", "--spawn", "pool"], "--spawn pool needs a child level"),
         (["--level", "in_process", "--spawn", "cold"], "--spawn cold needs a child level"),
