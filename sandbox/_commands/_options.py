@@ -25,7 +25,7 @@ from typing import Any, Final
 
 from msgspec import UNSET
 
-from .._budget import DEFAULTS, MIN_MEMORY, Budget
+from .._budget import DEFAULTS, Budget
 from .._children import Spawn
 from .._engine import Level
 from .._errors import BudgetError, SandboxError
@@ -40,7 +40,6 @@ __all__ = [
     "EXIT_SANDBOX",
     "EXIT_USAGE",
     "EXTRAS",
-    "MIN_MEMORY",
     "BudgetOption",
     "MissingExtra",
     "UsageError",
@@ -175,53 +174,57 @@ def seconds(text: str) -> float:
 
 @dataclass(frozen=True)
 class BudgetOption:
-    """One budget item's option: its flag, the :class:`~sandbox.Budget` item it sets, how
-    its value is read, and what it means."""
+    """One budget item's option: its flag (the item's own name, with dashes), the
+    :class:`~sandbox.Budget` item it sets, how its value is read, and what it means.
 
-    flag: str
+    ``aliases`` are earlier names of the flag: still read, never shown in the help."""
+
     item: str
     metavar: str
     parse: Callable[[str], float]
     help: str
     #: Whether ``none`` may lift it (said in the help; the Budget refuses it otherwise).
     liftable: bool = True
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def flag(self) -> str:
+        """The option, named as the API names the item: ``wall_clock`` is ``--wall-clock``."""
+        return "--" + self.item.replace("_", "-")
 
 
 #: The budget's options, one per item of :class:`~sandbox.Budget`, the same for every
 #: command that runs programs (``run``, ``serve``, ``agent``).
 BUDGET_OPTIONS: Final = (
-    BudgetOption("--timeout", "wall_clock", "S", seconds, "seconds the whole run may take"),
-    BudgetOption("--max-calls", "max_calls", "N", count, "tool calls the program may make"),
-    BudgetOption("--max-bytes", "max_bytes", "SIZE", size, "result bytes it may receive"),
     BudgetOption(
-        "--max-inflight",
-        "max_inflight",
-        "N",
-        count,
-        "tool calls in flight at once, always capped",
-        liftable=False,
+        "wall_clock", "S", seconds, "seconds the whole run may take", aliases=("--timeout",)
+    ),
+    BudgetOption("max_calls", "N", count, "tool calls the program may make"),
+    BudgetOption("max_bytes", "SIZE", size, "result bytes it may receive from tools"),
+    BudgetOption(
+        "max_inflight", "N", count, "tool calls in flight at once, always capped", liftable=False
     ),
     BudgetOption(
-        "--call-timeout", "max_call_deadline", "S", seconds, "seconds one tool call may take"
+        "max_call_deadline",
+        "S",
+        seconds,
+        "seconds one tool call may take",
+        aliases=("--call-timeout",),
     ),
-    BudgetOption("--max-memory", "max_memory", "SIZE", size, "memory, e.g. 256M"),
-    BudgetOption("--max-cpu", "max_cpu", "S", seconds, "CPU seconds"),
-    BudgetOption("--max-output", "max_output", "SIZE", size, "stdout and stderr kept, each"),
-    BudgetOption("--max-file-size", "max_file_size", "SIZE", size, "the largest file it may write"),
+    BudgetOption("max_memory", "SIZE", size, "memory of all its processes together"),
+    BudgetOption("max_cpu", "S", seconds, "CPU seconds of all its processes together"),
+    BudgetOption("max_output", "SIZE", size, "bytes of stdout, and of stderr, kept"),
+    BudgetOption("max_file_size", "SIZE", size, "the largest file it may write"),
     BudgetOption(
-        "--max-open-files",
         "max_open_files_per_process",
         "N",
         count,
         "descriptors each of its processes may hold open",
+        aliases=("--max-open-files",),
     ),
-    BudgetOption("--max-processes", "max_processes", "N", count, "processes and threads at once"),
+    BudgetOption("max_processes", "N", count, "processes and threads at once"),
     BudgetOption(
-        "--max-disk",
-        "max_disk",
-        "SIZE",
-        size,
-        "bytes of files, and a file per 16k of them (confined only)",
+        "max_disk", "SIZE", size, "bytes of files, and a file per 16k of them (confined only)"
     ),
 )
 
@@ -292,27 +295,32 @@ def tools_option(p: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="MODULE",
-        help="a module whose TOOLS list (or public functions) become host tools; repeatable",
+        help="a module whose TOOLS list (or public functions) become host tools; repeatable "
+        "(default: none: the program has no host tools)",
     )
 
 
 def budget_options(p: argparse.ArgumentParser) -> None:
     """The budget's options, one per item of :data:`BUDGET_OPTIONS`, each with its default
-    (from :data:`sandbox.DEFAULTS`) in its help."""
+    (from :data:`sandbox.DEFAULTS`) in its help, and each earlier name as a hidden alias."""
     group = p.add_argument_group(
         "budget",
-        "Each item takes a value, or 'none' for no limit; 0 means zero. An item not given "
-        "has its default where the level can enforce it, and no limit otherwise.",
+        "One option per item of the API's Budget, with the item's name. Each takes a value, "
+        "or 'none' for no limit (all but --max-inflight). 0 means zero (--max-calls 0: no "
+        "call), as in the API; a time must be more than 0. An item not given has its "
+        "default where the level can enforce it, and no limit otherwise. S: seconds (30, "
+        "0.5); SIZE: bytes, or with k, M or G (64k, 256M: binary); N: a whole number.",
     )
     for option in BUDGET_OPTIONS:
-        group.add_argument(
-            option.flag,
-            dest=option.item,
-            type=_budget_value(option),
-            default=UNSET,
-            metavar=f"{option.metavar}|none" if option.liftable else option.metavar,
-            help=f"{option.help} (default: {_default_of(option)})",
-        )
+        kwargs: dict[str, Any] = {
+            "dest": option.item,
+            "type": _budget_value(option),
+            "default": UNSET,
+            "metavar": option.metavar,
+        }
+        group.add_argument(option.flag, help=f"{option.help} ({_default_of(option)})", **kwargs)
+        for alias in option.aliases:  # read as before, not shown
+            group.add_argument(alias, help=argparse.SUPPRESS, **kwargs)
 
 
 def budget_from(args: argparse.Namespace) -> Budget:
@@ -328,16 +336,13 @@ def _budget_value(option: BudgetOption) -> Callable[[str], float | None]:
 
     def parse(text: str) -> float | None:
         value = None if text.strip().lower() == "none" else option.parse(text)
-        if option.item == "max_memory" and value is not None and value < MIN_MEMORY:
-            raise argparse.ArgumentTypeError(
-                f"max_memory must be at least {MIN_MEMORY >> 20}M (a Python runner needs "
-                f"about 10 MiB to start), got {text!r}"
-            )
         try:
             items: dict[str, Any] = {option.item: value}
             Budget(**items)
         except BudgetError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
+            # The Budget's own words, in the command line's terms.
+            problem = str(exc).replace("(None means no limit)", "('none' means no limit)")
+            raise argparse.ArgumentTypeError(problem) from None
         return value
 
     parse.__name__ = option.parse.__name__  # argparse names the type in its errors
@@ -345,11 +350,15 @@ def _budget_value(option: BudgetOption) -> Callable[[str], float | None]:
 
 
 def _default_of(option: BudgetOption) -> str:
+    """What the help says of an option's default: ``default: 30 s``, ``default: 512M``,
+    ``default: none`` (no limit), written as the option reads it."""
     default = DEFAULTS.get(option.item)
     if default is None:
-        return "no limit"
+        return "default: no limit"
     if option.metavar == "SIZE":
         for shift, unit in ((30, "G"), (20, "M"), (10, "k")):
             if default >= 1 << shift and default % (1 << shift) == 0:
-                return f"{int(default) >> shift}{unit}"
-    return f"{default:g}"
+                return f"default: {int(default) >> shift}{unit}"
+    if option.metavar == "S":
+        return f"default: {default:g} s"
+    return f"default: {default:g}"

@@ -25,17 +25,17 @@ PROGRAMS = ROOT / "examples" / "programs"
 #: Every option of ``sandbox run``: each must be documented in ``sandbox run --help``.
 RUN_OPTIONS = (
     "--level",
-    "--timeout",
+    "--wall-clock",
     "--max-calls",
     "--max-bytes",
     "--max-inflight",
-    "--call-timeout",
+    "--max-call-deadline",
     "--max-memory",
     "--max-cpu",
     "--max-processes",
     "--max-output",
     "--max-file-size",
-    "--max-open-files",
+    "--max-open-files-per-process",
     "--max-disk",
     "--tools",
     "--spawn",
@@ -115,10 +115,11 @@ def test_run_help_shows_each_default_and_how_to_lift_it(
         main(["run", "--help"])
     assert info.value.code == 0
     text = " ".join(capsys.readouterr().out.split())
-    assert "'none' for no limit; 0 means zero" in text
-    assert f"seconds the whole run may take (default: {sandbox.DEFAULTS['wall_clock']:g})" in text
+    assert "'none' for no limit (all but --max-inflight). 0 means zero" in text
+    wall_clock = sandbox.DEFAULTS["wall_clock"]
+    assert f"seconds the whole run may take (default: {wall_clock:g} s)" in text
     assert "in flight at once, always capped (default: 64)" in text
-    assert "stdout and stderr kept, each (default: 1M)" in text
+    assert "bytes of stdout, and of stderr, kept (default: 1M)" in text
     assert "tool calls the program may make (default: no limit)" in text
 
 
@@ -379,11 +380,12 @@ def test_tools_module_that_fails_to_load_exits_four(tmp_path: Path, source: str)
     ("args", "says"),
     [
         (["--timeout", "-1"], "argument --timeout: wall_clock must be a positive"),
+        (["--wall-clock", "0"], "argument --wall-clock: wall_clock must be a positive"),
         (["--max-calls", "-1"], "argument --max-calls: max_calls must be at least 0, got -1"),
         (["--max-inflight", "none"], "max_inflight cannot be None"),
         (["--call-timeout", "nan"], "argument --call-timeout: max_call_deadline must be"),
         (["--max-open-files", "3"], "max_open_files_per_process must be at least 16"),
-        (["--max-memory", "1000"], "argument --max-memory: max_memory must be at least 16M"),
+        (["--max-memory", "1000"], "argument --max-memory: max_memory must be at least 16 MiB"),
         (["--level", "in_process", "--spawn", "pool"], "--spawn pool needs a child level"),
         (["--level", "in_process", "--spawn", "cold"], "--spawn cold needs a child level"),
     ],
@@ -406,7 +408,7 @@ def test_too_little_memory_is_refused_on_the_command_line(tmp_path: Path) -> Non
     kernel's EBUSY from the cgroup."""
     proc = cli("run", program_file(tmp_path, "1"), "--max-memory", "1000")
     assert proc.returncode == 2
-    assert "max_memory must be at least 16M" in proc.stderr
+    assert "max_memory must be at least 16 MiB" in proc.stderr
     assert "Errno" not in proc.stderr
 
 

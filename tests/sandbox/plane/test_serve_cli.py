@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[3]
         (["--tools", "/nonexistent/tools.py"], "cannot load tools module"),
         (["--max-calls", "-1"], "max_calls"),
         (["--max-inflight", "none"], "the in-flight cap is always enforced"),
-        (["--max-memory", "1000"], "max_memory must be at least 16M"),
+        (["--max-memory", "1000"], "max_memory must be at least 16 MiB"),
         (["--http", "127.0.0.1:0", "--idle", "0"], "idle"),
         (["--http", "127.0.0.1:0", "--idle", "soon"], "--idle"),
         (["--http", "127.0.0.1:0", "--oauth-issuer", "https://issuer.example"], "both"),
