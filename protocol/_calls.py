@@ -88,6 +88,20 @@ def effective_deadline(deadline_ms: int, cap: float | None) -> float | None:
 _Count = Annotated[int, msgspec.Meta(ge=0, le=INT64_MAX)]
 
 
+def _count(n: int, noun: str) -> str:
+    """``1 call``, ``64 calls``: a count as the failures' text writes it."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def _size(n: int) -> str:
+    """A byte count as the failures' text writes it: ``200 MiB``, ``1.5 KiB``, ``10 bytes``
+    (the same words as the host's own messages, ``sandbox._text.size``)."""
+    for unit, name in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
+        if n >= unit:
+            return f"{n / unit:.2f}".rstrip("0").rstrip(".") + f" {name}"
+    return _count(n, "byte")
+
+
 @final
 class CallLimits(msgspec.Struct, frozen=True, kw_only=True):
     """The parent's limits on one call channel. ``None`` means no limit.
@@ -191,8 +205,8 @@ class ServerCore:
         self._max_frame = max_frame_bytes
         # id -> absolute deadline (or None). Membership is "in flight".
         self._inflight: dict[str, float | None] = {}
-        # (deadline, id) min-heap; entries of settled calls are dropped lazily.
-        self._deadlines: list[tuple[float, str]] = []
+        # (deadline, id, tool, seconds) min-heap; entries of settled calls are dropped lazily.
+        self._deadlines: list[tuple[float, str, str, float]] = []
         self._calls = 0
         self._bytes = 0
         self._peak = 0
@@ -230,11 +244,14 @@ class ServerCore:
         if call_id in inflight:
             raise RemoteProtocolError(f"call id {call_id!r} is already in flight")
         if len(inflight) >= self._max_inflight:
-            return self._refuse(call_id, f"in-flight cap of {self._max_inflight} calls reached")
+            cap = _count(self._max_inflight, "call")
+            return self._refuse(call_id, f"{request.tool}: in-flight cap of {cap} reached")
         if self._max_calls is not None and self._calls >= self._max_calls:
-            return self._refuse(call_id, f"call quota of {self._max_calls} calls used up")
+            quota = _count(self._max_calls, "call")
+            return self._refuse(call_id, f"{request.tool}: call quota of {quota} used up")
         if self._max_bytes is not None and self._bytes >= self._max_bytes:
-            return self._refuse(call_id, f"result quota of {self._max_bytes} bytes used up")
+            quota = _size(self._max_bytes)
+            return self._refuse(call_id, f"{request.tool}: result quota of {quota} used up")
         self._calls += 1
         inflight[call_id] = None
         if len(inflight) > self._peak:
@@ -247,18 +264,21 @@ class ServerCore:
             Response(v=VERSION, id=call_id, ok=False, kind=Kind.LIMIT, error=reason)
         )
 
-    def arm_deadline(self, call_id: str, deadline_ms: int, now: float) -> float | None:
+    def arm_deadline(
+        self, call_id: str, deadline_ms: int, now: float, tool: str = ""
+    ) -> float | None:
         """Give an accepted call its deadline; returns it (absolute) or None if it has none.
 
         Only calls that do not settle at once need one, so the inline path never pays for
-        the heap.
+        the heap. ``tool`` (the Request's) is named in the failure if the deadline passes.
         """
         timeout = effective_deadline(deadline_ms, self._max_deadline)
         if timeout is None or call_id not in self._inflight:
             return None
         deadline = now + timeout
         self._inflight[call_id] = deadline
-        heapq.heappush(self._deadlines, (deadline, call_id))
+        # What the failure will say rides in the heap entry: nothing to forget on settling.
+        heapq.heappush(self._deadlines, (deadline, call_id, tool, timeout))
         return deadline
 
     # -- settling -----------------------------------------------------------------
@@ -282,8 +302,8 @@ class ServerCore:
             return self._failure(
                 call_id,
                 Kind.LIMIT,
-                f"result of {size} bytes would pass the quota of {self._max_bytes} bytes "
-                f"({self._bytes} already delivered)",
+                f"result of {_size(size)} would pass the quota of {_size(self._max_bytes)} "
+                f"({_size(self._bytes)} already delivered)",
             )
         try:
             frame = frame_message(
@@ -331,12 +351,14 @@ class ServerCore:
         inflight = self._inflight
         out: list[tuple[str, bytearray]] = []
         while heap and heap[0][0] <= now:
-            deadline, call_id = heapq.heappop(heap)
+            deadline, call_id, tool, timeout = heapq.heappop(heap)
             if inflight.get(call_id, _GONE) != deadline:
                 continue  # settled already (or the id was reused with a new deadline)
             del inflight[call_id]
             self._expired += 1
-            out.append((call_id, self._failure(call_id, Kind.TRANSIENT, "call deadline passed")))
+            whose = "max_call_deadline" if timeout == self._max_deadline else "the caller's own"
+            error = f"{tool or 'call'}: call deadline of {timeout:g} s passed ({whose})"
+            out.append((call_id, self._failure(call_id, Kind.TRANSIENT, error)))
         return out
 
     def next_deadline(self) -> float | None:

@@ -175,7 +175,9 @@ class Server:
             if type(out) is not str and inspect.isawaitable(out):
                 # Held first, so that serve closes it whatever happens before its task runs.
                 self._unstarted[call_id] = out
-                self._core.arm_deadline(call_id, request.deadline_ms, anyio.current_time())
+                self._core.arm_deadline(
+                    call_id, request.deadline_ms, anyio.current_time(), request.tool
+                )
                 self._wake_watcher()
                 assert self._tg is not None
                 self._tg.start_soon(self._run_async, call_id)

@@ -24,7 +24,7 @@ from protocol import Kind
 from .._engine import Level, Tool, Toolset
 from .._errors import SandboxError
 from .._result import RunResult
-from .._text import printable, printable_json
+from .._text import plural, printable, printable_json, size
 from ._options import (
     EXIT_CODES,
     EXIT_FAILED,
@@ -366,7 +366,7 @@ def _report(args: argparse.Namespace, result: RunResult, echo: _Echo | None = No
     elif result.stack_error is not None:
         print(f"sandbox: no stack: {result.stack_error}", file=sys.stderr)
     print(
-        f"sandbox: {result.calls} calls, {result.bytes} result bytes, "
+        f"sandbox: {plural(result.calls, 'call')}, {size(result.bytes)} of results, "
         f"{result.wall_time * 1000:.1f} ms",
         file=sys.stderr,
     )

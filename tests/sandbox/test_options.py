@@ -5,6 +5,7 @@ every default with a short metavar."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -101,3 +102,16 @@ def test_zero_is_zero_and_none_is_no_limit_as_in_the_api(
     err = capsys.readouterr().err
     assert "wall_clock must be a positive" in err
     assert "'none' means no limit" in err
+
+
+def test_the_summary_counts_in_words_that_agree(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``sandbox run``'s last line says ``1 call`` (not ``1 calls``) and the result bytes
+    as a size (the value 3 is one byte of JSON)."""
+    program = tmp_path / "one.py"
+    program.write_text("host.word_count('a b c')\n")
+    tools = Path(__file__).resolve().parents[2] / "examples" / "tools.py"
+    assert exit_code(["run", str(program), "--tools", str(tools)]) == 0
+    summary = capsys.readouterr().err.splitlines()[-1]
+    assert summary.startswith("sandbox: 1 call, 1 byte of results, "), summary
