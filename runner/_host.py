@@ -300,7 +300,7 @@ class Tool:
         else:
             payload = params.bind(self.name, args, kwargs)
         try:
-            return encode_json(payload)
+            return encode_json(payload, "args")
         except TypeError as exc:
             raise TypeError(f"host.{self.name}(): arguments not sendable: {exc}") from None
 
