@@ -135,3 +135,26 @@ def test_sandbox_run_limits_memory_by_default(tmp_path: Path) -> None:
     program.write_text(ALLOCATES_1_GIB)
     assert exit_code(["run", str(program)]) == 3
     assert exit_code(["run", str(program), "--max-memory", "none"]) == 0
+
+
+def test_the_readme_lists_every_default_in_one_table() -> None:
+    """README's "Safe defaults" table has one row per item of sandbox.DEFAULTS, with its
+    option and its value, and no other table says a default."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.partition("### Safe defaults")[2].partition("\n#")[0]
+    rows = [line.split("|")[1:-1] for line in section.splitlines() if line.startswith("| `")]
+    table = {cells[0].strip().strip("`"): [c.strip() for c in cells[1:3]] for cells in rows}
+    shown = {
+        "wall_clock": "30 s",
+        "max_memory": "512 MiB",
+        "max_processes": "256",
+        "max_output": "1 MiB of stdout, and of stderr",
+        "max_disk": "64 MiB, and 4096 files",
+        "max_inflight": "64",
+    }
+    assert set(table) == set(DEFAULTS) == set(shown)
+    for item, (option, default) in table.items():
+        assert option == f"`--{item.replace('_', '-')}`", item
+        assert default == shown[item], item
+    elsewhere = readme.replace(section, "")
+    assert "by default |" not in elsewhere
