@@ -59,6 +59,7 @@ def test_each_default_is_lifted_by_none_item_by_item() -> None:
 
 
 @needs_enforcing("max_memory")
+@pytest.mark.usefixtures("spawn")
 @pytest.mark.parametrize("level", child_levels())
 async def test_a_program_past_the_default_memory_limit_is_ended(level: Level) -> None:
     """A program that allocates 1 GiB under a budget that asks for nothing is ended at the
@@ -74,6 +75,7 @@ async def test_a_program_past_the_default_memory_limit_is_ended(level: Level) ->
     assert (lifted.ok, lifted.value) == (True, 64), lifted.error
 
 
+@pytest.mark.usefixtures("spawn")
 @pytest.mark.parametrize("level", child_levels())
 async def test_an_endless_program_is_ended_at_the_default_wall_clock(
     level: Level, monkeypatch: pytest.MonkeyPatch
