@@ -303,10 +303,11 @@ def tools_option(p: argparse.ArgumentParser) -> None:
 def budget_options(p: argparse.ArgumentParser) -> None:
     """The budget's options, one per item of :data:`BUDGET_OPTIONS`, each with its default
     (from :data:`sandbox.DEFAULTS`) in its help, and each earlier name as a hidden alias."""
+    fixed = ", ".join(o.flag for o in BUDGET_OPTIONS if not o.liftable)
     group = p.add_argument_group(
         "budget",
         "One option per item of the API's Budget, with the item's name. Each takes a value, "
-        "or 'none' for no limit (all but --max-inflight). 0 means zero (--max-calls 0: no "
+        f"or 'none' for no limit (all but {fixed}). 0 means zero (--max-calls 0: no "
         "call), as in the API; a time must be more than 0. An item not given has its "
         "default where the level can enforce it, and no limit otherwise. S: seconds (30, "
         "0.5); SIZE: bytes, or with k, M or G (64k, 256M: binary); N: a whole number.",
