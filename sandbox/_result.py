@@ -22,7 +22,7 @@ import msgspec
 
 from protocol import CallStats, Kind, RunnerExit
 
-from ._text import size
+from ._text import seconds, size
 
 __all__ = ["Answer", "Cause", "Ending", "Output", "RunResult", "Verdict", "run_result"]
 
@@ -258,7 +258,7 @@ def _death(e: Ending, exit_code: int | None, sig: int | None) -> Verdict:
     cpu_spent = max_cpu is not None and e.cpu_time is not None and e.cpu_time >= max_cpu
     if max_cpu is not None and (sig == signals.SIGXCPU or (sig == signals.SIGKILL and cpu_spent)):
         return Verdict(
-            Kind.LIMIT, Cause.CPU, f"CPU limit of {max_cpu} s reached; the run was killed"
+            Kind.LIMIT, Cause.CPU, f"CPU limit of {seconds(max_cpu)} reached; the run was killed"
         )
     return Verdict(Kind.UNKNOWN, Cause.CRASH, f"the runner ended ({how}) without sending a Result")
 

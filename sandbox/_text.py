@@ -76,6 +76,7 @@ def plural(count: int, noun: str) -> str:
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
-def seconds(value: float) -> str:
-    """A number of seconds as a message shows it: ``2 s``, ``0.5 s``, ``1 s``."""
-    return f"{value:g} s"
+def seconds(value: float | None) -> str:
+    """A number of seconds as a message shows it: ``2 s``, ``0.5 s``, ``30 s`` (not
+    ``30.0 s``); ``no limit`` for None."""
+    return "no limit" if value is None else f"{value:g} s"

@@ -79,6 +79,7 @@ from .._budget import Budget, given
 from .._children import REMAINS, Child, Pool, RunCpu, Spawn, acquire, kill_tree, python_stack
 from .._errors import SpawnFailed
 from .._result import Answer, Cause, Ending, Output, RunResult, Verdict, run_result
+from .._text import seconds
 from ._levels import Level
 from ._tools import Toolset
 
@@ -491,7 +492,7 @@ class _Run:
                     verdict = Verdict(
                         Kind.LIMIT,
                         Cause.WALL_CLOCK,
-                        f"wall-clock limit of {wall_clock} s reached; the run was killed",
+                        f"wall-clock limit of {seconds(wall_clock)} reached; the run was killed",
                     )
                     if self.stack_wanted and self.process.pid is not None:  # before the kill
                         self.stack = await python_stack(self.process.pid)
@@ -499,7 +500,7 @@ class _Run:
                     verdict = Verdict(
                         Kind.LIMIT,
                         Cause.CPU,
-                        f"CPU limit of {budget.max_cpu} s reached; the run was killed",
+                        f"CPU limit of {seconds(budget.max_cpu)} reached; the run was killed",
                     )
                 # (A listener that failed ended the run: the exit status explains nothing.)
                 answered = result is not None or verdict is not None or self._listener_failed()
