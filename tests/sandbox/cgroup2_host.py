@@ -156,6 +156,9 @@ async def no_survivors(level: Level) -> Found:
         if not cannot_run_program_code(pid) and _started(pid) == started
     ]
     cleared = REMAINS.wait_empty(30)
+    # An emptied cgroup may still leave zombies for the zygote to reap (it reaps what the
+    # killed runner left it, as it comes): wait for that, as the sandbox conftest does.
+    _wait(lambda: not _existing(members), 10)
     return {
         "kind": result.kind,
         "cause": result.cause,
