@@ -188,7 +188,8 @@ def serve(args: argparse.Namespace) -> int:
         def make(budget: Budget) -> list[Tool]:
             tools = [*tools_from(found), *upstream]
             if program:
-                tools.append(ProgramTool(level=level, budget=budget, spawn=spawn))
+                guide = held.stubs()  # the upstream tools as typed stubs, for the model
+                tools.append(ProgramTool(level=level, budget=budget, spawn=spawn, guide=guide))
             return tools
 
         # The workspace's root is advertised only when given: by default a client learns

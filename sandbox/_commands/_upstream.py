@@ -184,6 +184,11 @@ class Held:
         """Their tools as last listed (a changed list shows in the next session)."""
         return list(self.up.tools()) if self.up is not None else []
 
+    def stubs(self) -> str:
+        """Their typed Python stubs ("" without upstreams), for a server's clients: without
+        the command lines or URLs that reach them from this host."""
+        return self.up.describe(where=False) if self.up is not None else ""
+
     def prompt(self) -> str:
         """Their stubs, as a section of a system prompt ("" without upstreams)."""
         if self.up is None:

@@ -10,7 +10,7 @@ import msgspec
 
 from protocol import CallError, Kind
 
-from .._budget import Budget
+from .._budget import Budget, given
 from .._children import Pool, Spawn
 from .._engine import Level, run, with_defaults
 from .._engine import Tool as HostTool
@@ -24,6 +24,7 @@ from .._model import (
     Result,
     ToolInfo,
 )
+from .._text import size
 
 __all__ = ["ProgramTool", "signature_of"]
 
@@ -83,11 +84,13 @@ class ProgramTool:
         budget: Budget | None = None,
         spawn: Spawn | str | Pool | None = None,
         name: str = "run_program",
+        guide: str = "",
     ) -> None:
         self.level = Level(level)
         self.budget = budget or Budget(max_calls=100)
         self.spawn = spawn
         self._name = name
+        self._guide = guide
         self._peers: tuple[ToolInfo, ...] = ()
         self._info = self._make_info()
 
@@ -107,7 +110,9 @@ class ProgramTool:
 
     def with_budget(self, budget: Budget) -> ProgramTool:
         """The same tool with another budget (a session's, capped at the ceilings)."""
-        return ProgramTool(level=self.level, budget=budget, spawn=self.spawn, name=self._name)
+        return ProgramTool(
+            level=self.level, budget=budget, spawn=self.spawn, name=self._name, guide=self._guide
+        )
 
     def _make_info(self) -> ToolInfo:
         lines = [
@@ -123,8 +128,12 @@ class ProgramTool:
         limits = [f"wall clock {b.wall_clock} s"] if b.wall_clock else []
         if b.max_calls is not None:
             limits.append(f"at most {b.max_calls} host calls")
+        if (memory := given(b.max_memory)) is not None:
+            limits.append(f"{size(memory)} of memory")
         if limits:
             lines.append("Limits: " + ", ".join(limits) + ".")
+        if self._guide:
+            lines.append(self._guide)
         return ToolInfo(
             name=self._name,
             description="\n".join(lines),

@@ -700,9 +700,13 @@ class Upstreams:
         """Every tool as a run's host tool (``sandbox.run(..., tools=...)``)."""
         return [t.host_tool() for t in self.tools()]
 
-    def describe(self) -> str:
+    def describe(self, *, where: bool = True) -> str:
         """Every tool as a typed Python stub, server by server: what an agent puts in its
-        prompt so that a model writes programs that call them."""
+        prompt so that a model writes programs that call them.
+
+        ``where``: name how each server is reached (its command line or URL) in its
+        heading; False for text that leaves this host (``sandbox serve``'s clients).
+        """
         parts = [
             "# Host tools from upstream MCP servers. In a program, call each as\n"
             "# `await host.<name>(...)` (several at once with asyncio.gather). A failed call\n"
@@ -713,7 +717,8 @@ class Upstreams:
         ]
         for s in self._servers:
             info = s.conn.server_info if s.conn is not None else ("", "")
-            parts.append(f"# ── {s.name}: {info[0]} {info[1]} ({s.spec.where})".rstrip())
+            reached = f" ({s.spec.where})" if where else ""
+            parts.append(f"# ── {s.name}: {info[0]} {info[1]}{reached}".rstrip())
             parts.extend(t.stub() for t in s.tools.values())
         return "\n\n\n".join(parts) + "\n"
 

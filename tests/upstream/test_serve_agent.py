@@ -55,6 +55,12 @@ async def test_serve_offers_upstream_tools_to_its_programs() -> None:
         assert names == ["fake__echo", "fake__pid", "fake__fail", "run_program"]
         run_program = next(t for t in await remote.tools() if t.name == "run_program")
         assert "host.fake__echo(text, times=...)" in run_program.description
+        # The typed stubs too, as `sandbox describe` prints them, but not how the upstream
+        # is reached from this host.
+        stub = "async def fake__echo(text: str, *, times: int = 1) -> FakeEchoResult:"
+        assert stub in run_program.description
+        assert "fake_upstream" not in run_program.description
+        assert "512 MiB of memory" in run_program.description
         r = await remote.call(plane.Call(tool="run_program", arguments={"code": code}))
     assert not r.is_error, r.text
     assert r.data["value"] == "called"
