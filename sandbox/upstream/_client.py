@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import math
 import os
 import re
@@ -19,6 +20,7 @@ import msgspec
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 
@@ -477,6 +479,11 @@ class _Server:
         self.by_tool = {u.tool: u for u in tools.values()}
         self.stale = False
 
+    def _progress_of(self, tool: UpstreamTool) -> ProgressFnT | None:
+        """The progress callback of a call of ``tool`` (None: progress is not asked for)."""
+        tell = self.owner.on_progress
+        return None if tell is None else _progress_to(tell, tool.name)
+
     async def send(self, tool: UpstreamTool, arguments: dict[str, Any]) -> types.CallToolResult:
         """Send one call on a live connection, once.
 
@@ -498,7 +505,9 @@ class _Server:
             raise CallError(Kind.INVALID, f"{tool.name}: {self.label} no longer offers it")
         assert conn.session is not None
         try:
-            got = await conn.session.call_tool(tool.tool, arguments)
+            got = await conn.session.call_tool(
+                tool.tool, arguments, progress_callback=self._progress_of(tool)
+            )
         except MCPError as exc:
             if exc.error.code == types.CONNECTION_CLOSED or not conn.alive:
                 conn.lost.set()
@@ -536,6 +545,19 @@ class _Server:
         return got
 
 
+def _progress_to(
+    tell: Callable[[str, float, float | None, str | None], Any], name: str
+) -> ProgressFnT:
+    """The SDK's progress callback for one call of the tool ``name``: passes it on."""
+
+    async def passed_on(progress: float, total: float | None, message: str | None) -> None:
+        told = tell(name, progress, total, message)
+        if inspect.isawaitable(told):
+            await told
+
+    return passed_on
+
+
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, BaseExceptionGroup):
         return "; ".join(_describe(e) for e in exc.exceptions)
@@ -568,6 +590,10 @@ class Upstreams:
             allows every call.
         connect_timeout: seconds starting a server and listing its tools may take.
         warn: told, in a line, when a server's tools change.
+        on_progress: told of each progress notification a server sends for a call in
+            flight, as ``on_progress(tool, progress, total, message)`` (``tool``: the name
+            a program calls it by; ``total`` and ``message`` None when the server gives
+            none); may be an ``async def``. Every call asks for progress when this is set.
 
     Raises (on entry):
         UpstreamError: a server could not start, did not answer in time, or two servers
@@ -581,6 +607,7 @@ class Upstreams:
         policy: Policy | None = None,
         connect_timeout: float = CONNECT_TIMEOUT,
         warn: Callable[[str], Any] | None = None,
+        on_progress: Callable[[str, float, float | None, str | None], Any] | None = None,
     ) -> None:
         if not (connect_timeout > 0 and math.isfinite(connect_timeout)):
             raise ValueError(f"connect_timeout must be a positive number, got {connect_timeout!r}")
@@ -588,6 +615,7 @@ class Upstreams:
         self.policy = policy
         self.connect_timeout = connect_timeout
         self._warn = warn
+        self.on_progress = on_progress
         self._servers: list[_Server] = []
         self._tg: anyio.abc.TaskGroup | None = None
         self._stack: contextlib.AsyncExitStack | None = None

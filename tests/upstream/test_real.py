@@ -151,6 +151,26 @@ except Exception as e:
 
 
 @pytest.mark.slow
+async def test_everything_long_running_call_tells_its_progress() -> None:
+    """A long-running tool that finishes: its value comes back, and the progress the
+    server sends while it runs is told to the host as it comes, in order."""
+    everything = stdio(command("everything"), name="everything")
+    told: list[tuple[str, float, float | None]] = []
+    program = "await host.everything__trigger_long_running_operation(duration=2, steps=4)"
+
+    async def on_progress(tool: str, done: float, total: float | None, _: str | None) -> None:
+        told.append((tool, done, total))
+
+    async with Upstreams([everything], on_progress=on_progress) as up:
+        r = await run(program, up, budget=sandbox.Budget(wall_clock=20))
+    assert r.ok, r.error
+    assert "completed" in str(r.value).lower()
+    assert [t for t, _, _ in told] == ["everything__trigger_long_running_operation"] * len(told)
+    assert [done for _, done, _ in told] == [1, 2, 3, 4]
+    assert {total for _, _, total in told} == {4}
+
+
+@pytest.mark.slow
 async def test_everything_over_streamable_http() -> None:
     """The everything server served over streamable HTTP, as an upstream."""
     port = free_port()
