@@ -105,6 +105,42 @@ async def test_the_policy_sees_each_call_and_denies() -> None:
     assert seen == [("fake__echo", {"text": "x"}, False), ("fake__pid", {}, False)]
 
 
+async def test_a_policy_can_ask_someone_and_wait_for_the_answer() -> None:
+    """ "Ask" is a policy that awaits someone's answer (a person, another service): the
+    program's call waits for it, and goes ahead or is refused as the answer says."""
+    asked: list[str] = []
+    send, receive = anyio.create_memory_object_stream[tuple[str, anyio.Event, list[bool]]]()
+
+    async def ask(call: plane.Call, tool: plane.ToolInfo, facts: plane.Facts) -> plane.Decision:
+        answered, answer = anyio.Event(), [False]
+        await send.send((call.tool, answered, answer))
+        await answered.wait()
+        return plane.ALLOW if answer[0] else plane.deny("the person said no")
+
+    async def person() -> None:
+        async for tool, answered, answer in receive:
+            asked.append(tool)
+            answer[0] = tool == "fake__echo"
+            answered.set()
+
+    with send, receive:
+        async with Upstreams([fake()], policy=ask) as up, anyio.create_task_group() as tg:
+            tg.start_soon(person)
+            r = await sandbox.run(
+                "a = await host.fake__echo(text='x')\n"
+                "try:\n    await host.fake__pid()\n"
+                "except Exception as e:\n    b = [e.kind, e.message]\n"
+                "[a, b]",
+                tools=up.host_tools(),
+                level="in_process",
+            )
+            tg.cancel_scope.cancel()
+    assert r.ok, r.error
+    refused = "fake__pid: refused by policy: the person said no"
+    assert r.value == [{"result": "x"}, ["denied", refused]]
+    assert asked == ["fake__echo", "fake__pid"]
+
+
 async def test_upstream_calls_count_against_max_calls() -> None:
     """Upstream calls are host calls: the run's max_calls ends the run at its limit."""
     async with Upstreams([fake()]) as up:
