@@ -19,9 +19,11 @@ import os
 import platform
 import subprocess
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Final
+
+import msgspec
 
 __all__ = [
     "DEFAULT_PACKAGES",
@@ -30,8 +32,10 @@ __all__ = [
     "cpu_model",
     "environment",
     "git_head",
+    "report_head",
     "source_digest",
     "version",
+    "write_report",
 ]
 
 ROOT: Final = Path(__file__).resolve().parent.parent
@@ -126,3 +130,18 @@ def changed_sources(before: dict[str, str], root: Path = ROOT) -> list[str]:
     """The measured source files whose digest differs from ``before`` (or appeared, or went)."""
     after = source_digest(root)
     return sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+
+
+def report_head(argv: Sequence[str] | None, extra_packages: Iterable[str] = ()) -> dict[str, Any]:
+    """The first fields of a benchmark's JSON report: the machine, the library versions
+    and the command line (``argv``, or this process's), and the commit measured."""
+    return {
+        "environment": environment(list(argv or sys.argv[1:]), extra_packages),
+        "git": git_head(),
+    }
+
+
+def write_report(path: Path | None, report: dict[str, Any]) -> None:
+    """Write ``report`` to ``path`` as JSON, if a path was given."""
+    if path is not None:
+        path.write_bytes(msgspec.json.format(msgspec.json.encode(report)))

@@ -35,13 +35,12 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import msgspec
 
 import sandbox
 from sandbox import Budget, Level, Spawn
 
 from ._levels import add_level_option, levels_here
-from ._machine import environment, git_head
+from ._machine import report_head, write_report
 
 #: Puts back the built-in ``print`` (which the runner's one-write ``print`` holds in its
 #: closure): each argument, separator and end is a write.
@@ -138,13 +137,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if levels is None:
         return 2
     rows = anyio.run(_measure, levels, args.runs, args.lines)
-    report = {
-        "environment": environment(list(argv or sys.argv[1:])),
-        "git": git_head(),
-        "rows": rows,
-    }
-    if args.json is not None:
-        args.json.write_bytes(msgspec.json.format(msgspec.json.encode(report)))
+    report = {**report_head(argv), "rows": rows}
+    write_report(args.json, report)
     return 0
 
 

@@ -25,13 +25,12 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import msgspec
 
 import sandbox
 from sandbox import Budget, Level, Spawn
 
 from ._levels import add_level_option, levels_here
-from ._machine import environment, git_head
+from ._machine import report_head, write_report
 
 BOMB = """
 import os
@@ -103,14 +102,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     rows = anyio.run(_measure, levels, args.runs, args.wall_clock)
     report = {
-        "environment": environment(list(argv or sys.argv[1:])),
-        "git": git_head(),
+        **report_head(argv),
         "wall_clock": args.wall_clock,
         "max_processes": sandbox.DEFAULTS["max_processes"],
         "rows": rows,
     }
-    if args.json is not None:
-        args.json.write_bytes(msgspec.json.format(msgspec.json.encode(report)))
+    write_report(args.json, report)
     return 0
 
 

@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import msgspec
 import psutil
 
 import sandbox
@@ -41,7 +40,7 @@ from sandbox._children import REMAINS, _supervisor, hierarchy
 from sandbox._children._remains import MAX_PENDING
 
 from ._levels import add_level_option, levels_here
-from ._machine import environment, git_head
+from ._machine import report_head, write_report
 
 FORKS = """
 import os, time
@@ -170,8 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     spawns = [Spawn(v) for v in args.spawn or [Spawn.ZYGOTE.value, Spawn.POOL.value]]
     report: dict[str, Any] = {
-        "environment": environment(list(argv or sys.argv[1:]), ["trio"]),
-        "git": git_head(),
+        **report_head(argv, ["trio"]),
         "backend": args.backend,
         "max_pending": MAX_PENDING,
         "concurrency": args.concurrency,
@@ -196,8 +194,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"(bound {MAX_PENDING}), left: {row['left']}",
                 flush=True,
             )
-    if args.json is not None:
-        args.json.write_bytes(msgspec.json.format(msgspec.json.encode(report)))
+    write_report(args.json, report)
     bad = any(
         row["wrong"]
         or row["most_pending"] > MAX_PENDING

@@ -24,14 +24,13 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import msgspec
 
 import sandbox
 from sandbox import Budget, Level, RunResult, Spawn
 from sandbox._children import _supervisor
 
 from ._levels import add_level_option, levels_here
-from ._machine import environment, git_head
+from ._machine import report_head, write_report
 
 
 async def _batch(level: Level, spawn: Spawn, n: int) -> list[RunResult]:
@@ -91,8 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     spawns = [Spawn(v) for v in args.spawn or [Spawn.ZYGOTE.value]]
     report: dict[str, Any] = {
-        "environment": environment(list(argv or sys.argv[1:]), ["trio"]),
-        "git": git_head(),
+        **report_head(argv, ["trio"]),
         "backend": args.backend,
         "rows": [],
     }
@@ -107,8 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{row['failures']} failures, {row['seconds']} s",
                 flush=True,
             )
-    if args.json is not None:
-        args.json.write_bytes(msgspec.json.format(msgspec.json.encode(report)))
+    write_report(args.json, report)
     return 1 if any(row["failures"] for row in report["rows"]) else 0
 
 

@@ -350,22 +350,7 @@ attack("proc", proc)
 
 #: What each attack needs to get through at ``process``, where every one must (on a root
 #: host the runs are the same uid; elsewhere the same unprivileged one).
-AT_PROCESS_A_RECEIVES = {
-    "udp",
-    "tcp",
-    "abstract_stream",
-    "abstract_dgram",
-    "tmp_socket",
-    "tmp_file",
-    "tmp_dir",
-    "workdir_file",
-    "sysv_shm",
-    "sysv_msg",
-    "sysv_sem",
-    "posix_mq",
-    "posix_shm",
-    "signal",
-}
+AT_PROCESS_A_RECEIVES = set(ATTACKS) - {"proc"}  # every attack but reading /proc
 AT_PROCESS_B_SEES = {
     "tcp",
     "abstract_stream",
