@@ -124,6 +124,12 @@ def walk(hex_needles, hex_pids):
             name = obj.__name__ if kind is types.ModuleType else obj.__module__
             if not str(name).startswith(OURS):
                 static.update(id(ref) for ref in refs if type(ref) is dict)
+            elif kind is types.ModuleType:
+                # Our modules' constants (upper-case names: syscall tables, say) are data
+                # from their source, never a pid the zygote kept.
+                for attr, value in vars(obj).items():
+                    if attr.lstrip("_").isupper():
+                        constant(value)
         elif kind is types.CodeType:
             constant(obj.co_consts)
         elif kind is types.FunctionType:
