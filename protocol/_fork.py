@@ -106,7 +106,9 @@ class ConfineRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     Attributes:
         workdir: the run's working directory (a directory of the run's own file system, at
             this path inside).
-        import_paths: directories the runner still imports from once confined.
+        import_paths: more host paths the view holds read-only, at their host paths (the
+            interpreter's files; the runner binds its own packages itself, under
+            ``/sandbox/lib``: see ``runner._relocate``).
         hostname: the host name inside.
         host_uid: a root host: the unprivileged host uid the program runs as, the run's own.
             An unprivileged host: none (the program is the host's own uid).

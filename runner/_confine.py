@@ -29,9 +29,13 @@ import functools
 
 from protocol import CONFINE_DECODER, ConfineRequest, RemoteProtocolError, decode_fork
 
-from . import _landlock, _namespaces, _seccomp
+from . import _landlock, _namespaces, _relocate, _seccomp
 
-__all__ = ["ConfineRequest", "confine"]
+__all__ = ["ConfineRequest", "SharedView", "confine"]
+
+#: What a shared view holds (:func:`shared_view`): its read-only paths, and its placed
+#: ones as ``(host path, path inside)`` pairs.
+SharedView = tuple[tuple[str, ...], tuple[tuple[str, str], ...]]
 
 
 def parse(text: str) -> ConfineRequest:
@@ -51,24 +55,32 @@ def _read_only(import_paths: tuple[str, ...]) -> tuple[str, ...]:
     return _namespaces.python_read_only(import_paths)
 
 
+@functools.cache
+def _placed() -> tuple[tuple[str, str], ...]:
+    """The runner's own packages, and where the view holds them (:mod:`runner._relocate`)."""
+    return tuple(sorted(_relocate.places().items()))
+
+
 def warm(request: ConfineRequest) -> None:
     """Compute, in a template process, what every confined child it forks would compute."""
-    read_only = _read_only(request.import_paths)
+    spec = _spec(request)
     _seccomp.build_filter(_seccomp._host_arch())
-    if _namespaces.shares_view(_spec(request)):
-        _namespaces.warm_shared_view(read_only)
+    _relocate.warm(dict(spec.placed))
+    if _namespaces.shares_view(spec):
+        _namespaces.warm_shared_view(spec.read_only, spec.placed)
 
 
-def shared_view(request: ConfineRequest) -> tuple[str, ...] | None:
-    """The read-only paths of the view that runs of ``request`` can share (what
+def shared_view(request: ConfineRequest) -> SharedView | None:
+    """What the view that runs of ``request`` can share holds (what
     :func:`runner._namespaces.build_shared_view` is given), or None if they cannot."""
     spec = _spec(request)
-    return spec.read_only if _namespaces.shares_view(spec) else None
+    return (spec.read_only, spec.placed) if _namespaces.shares_view(spec) else None
 
 
 def _spec(request: ConfineRequest) -> _namespaces.ConfineSpec:
     return _namespaces.ConfineSpec(
         read_only=_read_only(request.import_paths),
+        placed=_placed(),
         workdir=request.workdir,
         hostname=request.hostname,
         host_uid=request.host_uid,
@@ -97,7 +109,7 @@ def confine(
     """
     spec = _spec(request)
     _namespaces.enter(spec, detach=detach, view=view, pid_one=pid_one)
-    read_only = spec.read_only
+    read_only = (*spec.read_only, *(inside for _, inside in spec.placed))
     _landlock.restrict(
         read_only=read_only,
         read_write=(request.workdir, "/tmp", "/dev"),
@@ -106,3 +118,7 @@ def confine(
         list_only=("/proc",),
     )
     _seccomp.install()
+    _relocate.enter_view(dict(spec.placed))
+    # What named the host paths of the runner's packages: not kept for the program.
+    _placed.cache_clear()
+    _namespaces.forget_shared_views()

@@ -51,7 +51,8 @@ runner starts with the standard library and msgspec alone. In order:
    ``/tmp`` and whose ``work`` directory (the program's, mode 0700) on ``workdir``: all the
    program can write, none of it on a host file system; then every ``read_only`` path
    (bound recursively, then read-only, nosuid, nodev, recursively:
-   ``mount_setattr(AT_RECURSIVE)``), at the same path as on the host. The tmpfs root is made
+   ``mount_setattr(AT_RECURSIVE)``), at the same path as on the host (every ``placed`` one
+   at its own path inside: the runner's packages, under ``/sandbox/lib``). The tmpfs root is made
    read-only, then ``pivot_root(".", ".")`` and a lazy unmount of the old root leave nothing
    of the host but what was bound. The working directory becomes ``workdir`` (``/`` if there
    is none). Mount points are only ever created on the tmpfs mounts made here, never on a
@@ -185,7 +186,7 @@ import socket
 import stat
 import struct
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, NoReturn
 
@@ -313,6 +314,10 @@ class ConfineSpec:
         read_only: host paths visible read-only inside, at the same path. A path that is a
             symbolic link is recreated as the same link (its target must be in the view
             too); a path with a symbolic link among its parents is refused.
+        placed: host paths visible read-only inside at another path: ``(host path, path
+            inside)`` pairs (the runner's own packages, under ``/sandbox/lib``: see
+            :mod:`runner._relocate`). The host path may not be a symbolic link; the path
+            inside may not be within a ``read_only`` one.
         workdir: where the run's working directory is, inside (the host path of the same
             name is neither used nor needed): a directory of the run's own file system,
             owned by the program, mode 0700; the working directory once inside. ``None``:
@@ -335,6 +340,7 @@ class ConfineSpec:
 
     read_only: tuple[str, ...]
     workdir: str | None = None
+    placed: tuple[tuple[str, str], ...] = ()
     hostname: str = "sandbox"
     uid: int = 1000
     gid: int = 1000
@@ -348,9 +354,10 @@ class ConfineSpec:
 class _Mount:
     """One read-only path of the view, checked against the host."""
 
-    path: str
+    path: str  # inside the view
     is_dir: bool
     link: str | None  # the link's text, when the path is a symbolic link
+    source: str  # on the host (``path``, but for a placed one)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -562,12 +569,12 @@ def _plan(spec: ConfineSpec, mounts: dict[str, _Mount] | None = None) -> _Plan:
     uid, gid, host_uid, host_gid = _ids(spec, privileged=privileged)
     disk_bytes, disk_files = _disk(spec.disk_bytes, spec.disk_files)
     if mounts is None:
-        mounts = _mounts(spec.read_only)
+        mounts = _mounts(spec.read_only, spec.placed)
     workdir = None if spec.workdir is None else _check_workdir(spec.workdir, mounts)
     ordered = sorted(mounts.values(), key=lambda mount: mount.path.split("/"))
     return _Plan(
         mounts=tuple(ordered),
-        stage=_stage([*mounts, *([] if workdir is None else [workdir])]),
+        stage=_stage(_taken(mounts, workdir)),
         workdir=workdir,
         hostname=spec.hostname,
         privileged=privileged,
@@ -603,8 +610,9 @@ def _disk(disk_bytes: int | None, disk_files: int | None) -> tuple[int | None, i
     return disk_bytes, disk_files
 
 
-def _mounts(read_only: Iterable[object]) -> dict[str, _Mount]:
-    """The read-only paths, checked and looked up on the host, each once, by path.
+def _mounts(read_only: Iterable[object], placed: Iterable[object] = ()) -> dict[str, _Mount]:
+    """The read-only paths, checked and looked up on the host, each once, by their path
+    in the view.
 
     Raises:
         ValueError: a path that cannot be bound or does not exist.
@@ -618,8 +626,35 @@ def _mounts(read_only: Iterable[object]) -> dict[str, _Mount]:
             raise ValueError(f"read_only: {path!r}: {exc.strerror}") from None
         if path not in mounts:
             link = os.readlink(path) if stat.S_ISLNK(info.st_mode) else None
-            mounts[path] = _Mount(path, stat.S_ISDIR(info.st_mode), link)
+            mounts[path] = _Mount(path, stat.S_ISDIR(info.st_mode), link, path)
+    bound = list(mounts)
+    for pair in placed:
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            raise ValueError(f"placed: {pair!r} is not a (host path, path inside) pair")
+        source = _check_path(pair[0], "placed")
+        path = _check_path(pair[1], "placed")
+        try:
+            info = os.lstat(source)
+        except OSError as exc:
+            raise ValueError(f"placed: {source!r}: {exc.strerror}") from None
+        if stat.S_ISLNK(info.st_mode):
+            raise ValueError(f"placed: {source!r} is a symbolic link; give its target")
+        if path in mounts or any(_is_within(path, other) for other in bound):
+            raise ValueError(f"placed: {path!r} is within the view's read-only paths already")
+        mounts[path] = _Mount(path, stat.S_ISDIR(info.st_mode), None, source)
     return mounts
+
+
+def _pairs(placed: Iterable[Sequence[str]]) -> tuple[tuple[str, str], ...]:
+    """``placed`` as a tuple of pairs (a cache key), whatever sequences it came as."""
+    return tuple((pair[0], pair[1]) for pair in placed)
+
+
+def _taken(mounts: Mapping[str, _Mount], workdir: str | None) -> list[str]:
+    """The paths the view's stage must stay apart from: where the mounts go and come
+    from, and the working directory."""
+    taken = [*mounts, *(mount.source for mount in mounts.values())]
+    return taken if workdir is None else [*taken, workdir]
 
 
 def _stage(taken: list[str]) -> str:
@@ -974,7 +1009,10 @@ def shares_view(spec: ConfineSpec) -> bool:
     if os.geteuid() != 0 or not sys.platform.startswith("linux"):
         return False
     paths = [p for p in spec.read_only if isinstance(p, str)]
-    if len(paths) != len(spec.read_only) or any(_is_within(p, "/tmp") for p in paths):
+    inside = [p[1] for p in spec.placed if isinstance(p, (tuple, list)) and len(p) == 2]
+    if len(paths) != len(spec.read_only) or len(inside) != len(spec.placed):
+        return False
+    if any(not isinstance(p, str) or _is_within(p, "/tmp") for p in [*paths, *inside]):
         return False
     workdir = spec.workdir
     if workdir is None:
@@ -985,7 +1023,7 @@ def shares_view(spec: ConfineSpec) -> bool:
     return _is_within(normal, "/tmp") and normal != "/tmp"
 
 
-def build_shared_view(read_only: Sequence[str]) -> None:
+def build_shared_view(read_only: Sequence[str], placed: Sequence[tuple[str, str]] = ()) -> None:
     """In a disposable process of a root caller: a mount namespace of its own holding the
     view every run of ``read_only`` shares; the process is left inside it (its caller keeps
     ``/proc/<pid>/ns/mnt`` open, and it can exit).
@@ -1001,26 +1039,28 @@ def build_shared_view(read_only: Sequence[str]) -> None:
     """
     if os.geteuid() != 0:
         raise OSError(errno.EPERM, "only a root caller builds a shared view")
-    plan = _shared_plan(tuple(read_only))
+    plan = _shared_plan(tuple(read_only), tuple(placed))
     _libc()
     _unshare(_CLONE_NEWNS, "CLONE_NEWNS")
     _build_view(plan, shared=True)
 
 
 @functools.cache
-def _shared_mounts(read_only: tuple[str, ...]) -> dict[str, _Mount]:
-    """The checked read-only paths of a shared view of ``read_only`` (cached: a template
-    process computes them once for every run it forks)."""
-    return _mounts(read_only)
+def _shared_mounts(
+    read_only: tuple[str, ...], placed: tuple[tuple[str, str], ...] = ()
+) -> dict[str, _Mount]:
+    """The checked read-only paths of a shared view of ``read_only`` and ``placed``
+    (cached: a template process computes them once for every run it forks)."""
+    return _mounts(read_only, placed)
 
 
-def _shared_plan(read_only: tuple[str, ...]) -> _Plan:
+def _shared_plan(read_only: tuple[str, ...], placed: tuple[tuple[str, str], ...] = ()) -> _Plan:
     """The plan of a shared view: its mounts; no run's own parts or ids."""
-    mounts = _shared_mounts(read_only)
+    mounts = _shared_mounts(read_only, placed)
     ordered = sorted(mounts.values(), key=lambda mount: mount.path.split("/"))
     return _Plan(
         mounts=tuple(ordered),
-        stage=_stage(list(mounts)),
+        stage=_stage(_taken(mounts, None)),
         workdir=None,
         hostname="sandbox",
         privileged=True,
@@ -1033,9 +1073,16 @@ def _shared_plan(read_only: tuple[str, ...]) -> _Plan:
     )
 
 
-def warm_shared_view(read_only: Sequence[str]) -> None:
-    """In a template process: check ``read_only`` once for every run it forks."""
-    _shared_mounts(tuple(read_only))
+def forget_shared_views() -> None:
+    """Forget the shared views' paths worked out so far (a runner, once in its view, has
+    no more use for them, and its program no business with them)."""
+    _shared_mounts.cache_clear()
+
+
+def warm_shared_view(read_only: Sequence[str], placed: Sequence[tuple[str, str]] = ()) -> None:
+    """In a template process: check ``read_only`` and ``placed`` once for every run it
+    forks."""
+    _shared_mounts(tuple(read_only), tuple(placed))
 
 
 def _copy_shared_view(plan: _Plan, view: int) -> None:
@@ -1104,7 +1151,7 @@ def _bind_read_only(plan: _Plan, root_fd: int, own: set[int], point: Callable[..
             _link(root_fd, own, mount.path, mount.link)
             continue
         target = point(mount.path, is_dir=mount.is_dir)
-        _mount(mount.path, target, None, _MS_BIND | _MS_REC)
+        _mount(mount.source, target, None, _MS_BIND | _MS_REC)
         attrs = _MOUNT_ATTR_RDONLY | _MOUNT_ATTR_NOSUID | _MOUNT_ATTR_NODEV
         _set_attrs(target, attrs, recursive=True)
 
@@ -1174,7 +1221,7 @@ def enter(
         raise ValueError("this spec cannot take its view from a shared one")
     if pid_one and (os.getpid() != 1 or os.geteuid() != 0):
         raise ValueError("pid_one: the process is not a root caller's PID 1")
-    mounts = None if view is None else _shared_mounts(tuple(spec.read_only))
+    mounts = None if view is None else _shared_mounts(tuple(spec.read_only), _pairs(spec.placed))
     plan = _plan(spec, mounts)
     _refuse_directory_descriptors()
     _libc()  # load it while the host's libraries are still there

@@ -89,9 +89,9 @@ from protocol import (
 )
 
 if TYPE_CHECKING:
-    from . import _main
+    from . import _confine, _main
 
-__all__ = ["main"]
+__all__ = ["child", "main", "start"]
 
 #: Where the run's channels and ready pipe land in the child (0, 1, 2 are its stdio).
 _CHILD_FDS: Final = (3, 4, 5, 6, 7)
@@ -237,7 +237,7 @@ class _Zygote:
         self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         #: The shared views built so far (mount namespaces), by their read-only paths; None
         #: where one could not be built (its runs build their own view).
-        self.views: dict[tuple[str, ...], int | None] = {}
+        self.views: dict[_confine.SharedView, int | None] = {}
         #: A root zygote's own PID namespace: it forks each confined runner PID 1 of a new
         #: one (see :func:`runner._namespaces.fork_pid_one`).
         self.pid_namespace: int | None = None
@@ -345,16 +345,16 @@ class _Zygote:
         try:  # what every confined child would compute, computed once here
             confine = _confine.parse(request.confine)
             _confine.warm(confine)
-            read_only = _confine.shared_view(confine)
+            shared = _confine.shared_view(confine)
         except (ValueError, OSError):
             return None, False  # the child will meet the same error, and report it
         if request.mode != "warm":
             return None, False  # a cold runner is the reference point: it builds its walls
         view = None
-        if read_only is not None:
-            if read_only not in self.views:
-                self.views[read_only] = _build_shared_view(read_only)
-            view = self.views[read_only]
+        if shared is not None:
+            if shared not in self.views:
+                self.views[shared] = _build_shared_view(shared)
+            view = self.views[shared]
         return view, self.pid_namespace is not None
 
     def _fork_pid_one(self) -> int:
@@ -512,9 +512,9 @@ class _Unwind(BaseException):
         self.job = job
 
 
-def _child(job: _Job) -> NoReturn:
-    """In the forked child, out of the zygote's frames: become the run's runner (see the
-    module docstring)."""
+def child(job: _Job) -> NoReturn:
+    """In the forked child, out of the zygote's frames, with what :func:`start` returned:
+    become the run's runner (see the module docstring)."""
     status: int = RunnerExit.CHILD_SETUP
     try:
         from . import _main
@@ -610,8 +610,8 @@ def _warm_runner(request: ForkRequest, arguments: list[str], job: _Job) -> _main
     )
 
 
-def _build_shared_view(read_only: tuple[str, ...]) -> int | None:
-    """A descriptor of a new mount namespace holding the view runs of ``read_only`` share
+def _build_shared_view(shared: _confine.SharedView) -> int | None:
+    """A descriptor of a new mount namespace holding the view runs of ``shared`` share
     (:func:`runner._namespaces.build_shared_view`), built by a helper process that exits
     once the zygote holds it; None (said on stderr) if it could not be built.
 
@@ -635,7 +635,7 @@ def _build_shared_view(read_only: tuple[str, ...]) -> int | None:
             from . import _namespaces
 
             try:
-                _namespaces.build_shared_view(read_only)
+                _namespaces.build_shared_view(*shared)
                 os.write(done_w, b"ok")
                 os.read(held_r, 1)
                 status = 0
@@ -730,19 +730,28 @@ def _prepare() -> None:
 
         _libc.libc()
         _namespaces._libc()
+    # Last, once everything is imported and before any function that stays on a child's
+    # stack is entered (see :func:`start`): the runner's frames name the confined view's
+    # paths, in every child.
+    from . import _relocate
+
+    _relocate.relocate_code()
 
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:
-    """``python -I -S -c '... main()' CONTROL_FD``: be the keeper (see the docstring).
+    """Be the keeper (see the docstring), with ``argv`` (default ``sys.argv[1:]``):
+    ``CONTROL_FD``.
 
-    The keeper and the zygote never return from :func:`_start`; a child the zygote forks
-    does, with nothing but its :class:`_Job`, and becomes a runner from here.
+    The host's boot calls ``child(start())`` itself, so that this frame is not below
+    every program (its name is the host's: see :func:`_prepare`).
     """
-    _child(_start(sys.argv[1:] if argv is None else list(argv)))
+    child(start(argv))
 
 
-def _start(args: list[str]) -> _Job:
-    """Be the keeper, and the zygote it forks; return only in a forked child."""
+def start(argv: Sequence[str] | None = None) -> _Job:
+    """Be the keeper, and the zygote it forks (``argv``, default ``sys.argv[1:]``:
+    ``CONTROL_FD``); return only in a forked child, with nothing but its :class:`_Job`."""
+    args = sys.argv[1:] if argv is None else list(argv)
     try:
         fd = int(args[0])
         control = socket.socket(fileno=fd)

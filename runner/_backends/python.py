@@ -94,15 +94,19 @@ _VALUE_OUT_OF_MEMORY: Final = "out of memory while encoding the program's value 
 # raises with a 100 MB message must still get a Result out, in one frame).
 MAX_ERROR_CHARS: Final = 64 * 1024
 
-# Frames from these directories are the runner's and protocol's machinery, never the
-# program's, and are left out of tracebacks.
-_INTERNAL_DIRS: Final = tuple(
-    os.path.dirname(os.path.abspath(path)) + os.sep
-    for path in (
-        os.path.dirname(os.path.abspath(__file__)),  # runner/_backends -> runner/
-        sys.modules[CallError.__module__].__file__ or "",  # protocol/_errors.py -> protocol/
-    )
-)
+
+def _internal_dirs() -> tuple[str, ...]:
+    """The directories whose frames are the runner's and protocol's machinery, never the
+    program's, left out of tracebacks: where the modules' files are now, and where their
+    code says it is (both are their places in a confined view, :mod:`runner._relocate`;
+    a zygote's children at ``process`` have the files at their host paths and the code
+    named by those places)."""
+    protocol = sys.modules[CallError.__module__]  # protocol/_errors.py -> protocol/
+    errors = (protocol.__file__ or "", protocol.VersionMismatch.__init__.__code__.co_filename)
+    ours = (__file__, _internal_dirs.__code__.co_filename)  # runner/_backends/... -> runner/
+    found = {os.path.dirname(os.path.abspath(f)) for f in errors}
+    found |= {os.path.dirname(os.path.dirname(os.path.abspath(f))) for f in ours}
+    return tuple(sorted(d + os.sep for d in found))
 
 
 @final
@@ -345,7 +349,8 @@ def _keep_program_frames(
     stack = summary.stack
     frames = list(stack)
     first = next((i for i, f in enumerate(frames) if f.filename == filename), 0)
-    stack[:] = [f for f in frames[first:] if not f.filename.startswith(_INTERNAL_DIRS)]
+    internal = _internal_dirs()
+    stack[:] = [f for f in frames[first:] if not f.filename.startswith(internal)]
     for chained in (summary.__cause__, summary.__context__, *(summary.exceptions or ())):
         if chained is not None:
             _keep_program_frames(chained, filename, seen)

@@ -9,6 +9,7 @@ result says why instead of carrying a stack.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -56,7 +57,10 @@ async def python_stack(pid: int, seconds: float = STACK_TIMEOUT) -> tuple[str | 
 
 # py-spy prints each thread innermost frame first; the runner hands the program to Python
 # in this frame, so every frame printed before it is the program's (or code it called).
-_RUNNER_ENTRY: Final = "_execute (runner/_backends/python.py:"
+# py-spy names the file relative to the process's sys.path where it can
+# (``runner/_backends/python.py``), else by its base name (a zygote's child at ``process``,
+# whose code is named by its place in a confined view: :mod:`runner._relocate`).
+_RUNNER_ENTRY: Final = re.compile(r"_execute \((?:\S*/)?(?:runner/_backends/)?python\.py:")
 
 
 def program_first(dump: str) -> str:
@@ -89,10 +93,10 @@ def program_first(dump: str) -> str:
 
 
 def _runs_program(thread: list[str]) -> bool:
-    return any(line.strip().startswith(_RUNNER_ENTRY) for line in thread)
+    return any(_RUNNER_ENTRY.match(line.strip()) for line in thread)
 
 
 def _split_at_runner(thread: list[str]) -> list[str]:
     """A thread's lines with a heading between the program's frames and the runner's."""
-    at = next(i for i, line in enumerate(thread) if line.strip().startswith(_RUNNER_ENTRY))
+    at = next(i for i, line in enumerate(thread) if _RUNNER_ENTRY.match(line.strip()))
     return [*thread[:at], "    -- the runner, below the program:", *thread[at:]]

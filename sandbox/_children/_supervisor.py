@@ -92,9 +92,21 @@ __all__ = ["WORKDIR_PREFIX", "Child", "Pool", "Spawn", "acquire", "shutdown", "z
 _ROOT: Final = Path(__file__).resolve().parents[2]  # the directory holding sandbox/ and runner/
 _MSGSPEC_DIR: Final = Path(msgspec.__file__).resolve().parent.parent
 _PATHS: Final = [str(_ROOT), str(_MSGSPEC_DIR)]
-_RUNNER_BOOT: Final = f"import sys; sys.path[:0] = {_PATHS!r}; from runner import main; main()"
+#: A fresh runner's, and the zygote's, first code, followed by :data:`_PATHS` as its first
+#: arguments (taken off ``sys.argv`` at once: the code names no host path, and its frame
+#: is below every program). Each calls the function that stays below every program from
+#: here, once the runner's code is named by its place in a confined view
+#: (:mod:`runner._relocate`), so that none of those frames names a host path either.
+_TAKE_PATHS: Final = (
+    f"import sys; sys.path[:0] = sys.argv[1:{1 + len(_PATHS)}]; del sys.argv[1:{1 + len(_PATHS)}]; "
+)
+_RUNNER_BOOT: Final = (
+    f"{_TAKE_PATHS}import runner; runner.prepare_confined(); runner.main()",
+    *_PATHS,
+)
 _ZYGOTE_BOOT: Final = (
-    f"import sys; sys.path[:0] = {_PATHS!r}; from runner import zygote_main; zygote_main()"
+    f"{_TAKE_PATHS}import runner; runner.zygote_child(runner.zygote_start())",
+    *_PATHS,
 )
 #: How long a zygote may take to say hello, and to answer a request, before it is
 #: considered wedged and replaced.
@@ -153,12 +165,9 @@ def _confine_request(workdir: str, uid: int | None, disk_bytes: int | None) -> s
     """
     request = ConfineRequest(
         workdir=workdir,
-        import_paths=(
-            str(_ROOT / "protocol"),
-            str(_ROOT / "runner"),
-            str(_MSGSPEC_DIR / "msgspec"),
-            *_interpreter_files(),
-        ),
+        # The runner's own packages are the runner's to bind (at their places in the
+        # view, not at their host paths: runner._relocate).
+        import_paths=_interpreter_files(),
         disk_bytes=disk_bytes,
         disk_files=disk_files(disk_bytes),
         host_uid=uid,
@@ -174,7 +183,7 @@ class _Zygote:
         control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self.keeper = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-c", _ZYGOTE_BOOT, str(theirs.fileno())],
+                [sys.executable, "-I", "-S", "-c", *_ZYGOTE_BOOT, str(theirs.fileno())],
                 pass_fds=[theirs.fileno()],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
@@ -352,14 +361,14 @@ class Child:
         request = ForkRequest(
             mode="cold" if mode is Spawn.COLD else "warm",
             workdir=workspace.workdir,
-            env=scrubbed_env(workspace.workdir),
+            env=scrubbed_env(workspace.program_dir),
             cgroups=() if workspace.cgroups is None else workspace.cgroups.procs_files(),
             confine=self._confine_request() if self.confined else "",
             start_timeout=start_timeout,
             # With cgroups, every process of the run is found there: the runner need not
             # hold them in its tree after its Result, and exits while the host reads it.
             linger=workspace.cgroups is None,
-            argv=(sys.executable, "-I", "-S", "-c", _RUNNER_BOOT),
+            argv=(sys.executable, "-I", "-S", "-c", *_RUNNER_BOOT),
         )
         for attempt in (1, 2):
             z = _zygote()
@@ -377,7 +386,7 @@ class Child:
     def _confine_request(self) -> str:
         workspace = self.workspace
         uid = None if workspace.lease is None else workspace.lease.id
-        return _confine_request(workspace.workdir, uid, workspace.disk_bytes)
+        return _confine_request(workspace.program_dir, uid, workspace.disk_bytes)
 
     async def wait_ready(self, seconds: float = _READY_TIMEOUT) -> str | None:
         """Wait until the child waits for its Start. None when it does, else why not.

@@ -36,7 +36,12 @@ from .._errors import SpawnFailed
 from . import _uid
 from ._cgroups import CgroupSet
 
-__all__ = ["Workspace", "disk_files"]
+__all__ = ["CONFINED_WORKDIR", "Workspace", "disk_files"]
+
+#: A confined program's working directory, inside its view (also its ``HOME`` and
+#: ``TMPDIR``): a directory of the run's own file system, the same for every run (each run
+#: has its own view), which names nothing of the host.
+CONFINED_WORKDIR: Final = "/tmp/work"
 
 #: The uid leases of runners that would not die: held until this host exits, so that no
 #: other run is given an id a process of an earlier run may still have.
@@ -68,7 +73,11 @@ class Workspace:
             OSError: the working directory could not be made.
         """
         self.disk_bytes = disk_bytes
+        #: The run's working directory on the host (a confined runner starts there, then
+        #: goes into its view, where the host's stays empty).
         self.workdir = tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-")
+        #: The program's working directory, as the program names it.
+        self.program_dir = CONFINED_WORKDIR if confined else self.workdir
         self.lease: _uid.Lease | None = None
         self.cgroups: CgroupSet | None = None
         #: The run's file system, seen from the host (a confined run's, once ready).
@@ -92,7 +101,7 @@ class Workspace:
             return None
         try:
             fd = os.open(
-                f"/proc/{pid}/root{self.workdir}",
+                f"/proc/{pid}/root{self.program_dir}",
                 os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
             )
         except OSError as exc:

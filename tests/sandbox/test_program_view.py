@@ -170,14 +170,36 @@ async def test_a_program_catches_callerror_the_same_way_at_every_level(level: Le
 
 #: Collects everything the program can read of itself, each as text.
 COLLECTS_ITSELF: Final = """\
-import os, sys, traceback
+import gc, os, sys, traceback, types
 import msgspec, protocol, runner
+import msgspec.inspect  # not imported before: found in the view now
 
+ours = ("protocol", "runner", "msgspec")
 seen = {
     "sys.argv": sys.argv,
     "sys.orig_argv": sys.orig_argv,
     "sys.executable": sys.executable,
     "sys.path": sys.path,
+    "sys.prefix": [sys.prefix, sys.exec_prefix],
+    "importer cache": list(sys.path_importer_cache),
+    "modules": {
+        name: [vars(m).get(a) for a in ("__file__", "__cached__", "__path__", "__spec__")]
+        for name, m in sys.modules.items()
+        if name.partition(".")[0] in ours
+    },
+    "code": gc.unfreeze() or sorted({
+        f.__code__.co_filename for f in gc.get_objects() if isinstance(f, types.FunctionType)
+    }),
+    "msgspec.inspect.__file__": msgspec.inspect.__file__,
+    "frames": [
+        [f.f_code.co_filename, f.f_code.co_consts, f.f_locals, f.f_globals.get("__name__")]
+        for f, _ in traceback.walk_stack(None)
+        if f.f_globals is not globals()
+    ],
+    "sys": {k: v for k, v in vars(sys).items() if isinstance(v, (str, list, tuple, dict))},
+    "globals": {
+        name: vars(m) for name, m in sys.modules.items() if name.partition(".")[0] in ours
+    },
     "__file__": globals().get("__file__"),
     "__spec__": sys.modules["__main__"].__spec__,
     "protocol.__file__": protocol.__file__,
@@ -208,20 +230,18 @@ for name in ("cmdline", "environ"):
 {key: repr(value) for key, value in seen.items()}
 """
 
-#: Where a confined program still reads a host path: the runner's packages are in its
-#: view at their host paths (sys.path, the modules' files, and the runner's frames below
-#: and above the program, which a stack or a failed call's traceback that the program
-#: formats itself show); its working directory is named as the host names it. The README
-#: (the section on programs) lists the same.
-STILL_VISIBLE_AT_CONFINED: Final = {
+#: What a confined program reads of itself that names the interpreter's installation
+#: (which its view holds at its host path: the README says so); nothing else does.
+NAMES_THE_INSTALLATION: Final = {
+    "sys",
+    "frames",
+    "globals",
+    "sys.orig_argv",
+    "sys.executable",
     "sys.path",
-    "protocol.__file__",
-    "runner.__file__",
-    "msgspec.__file__",
-    "stack",
-    "call traceback",
-    "os.environ",
-    "cwd",
+    "sys.prefix",
+    "importer cache",
+    "code",
 }
 
 
@@ -241,23 +261,52 @@ def host_paths() -> list[str]:
 
 @needs_confinement()
 @pytest.mark.usefixtures("spawn")
-async def test_a_confined_program_sees_no_host_path_but_the_documented_ones() -> None:
+async def test_a_confined_program_sees_no_host_path_but_the_installations() -> None:
     """Of everything a confined program reads of itself (its command line, interpreter,
-    file, spec, tracebacks, ``/proc/self``...), only what ``STILL_VISIBLE_AT_CONFINED``
-    lists shows a host path: a new place fails this test, and so does one of those that
-    stops showing it (then the README must say so)."""
+    file, spec, modules, the file of every function it holds, tracebacks, working
+    directory, environment, ``/proc/self``...), nothing names the host's checkout,
+    virtual environment or working directories; only what ``NAMES_THE_INSTALLATION``
+    lists names the interpreter's installation (as the README says)."""
     result = await sandbox.run(
         COLLECTS_ITSELF, tools=[deny], level=Level.CONFINED, argv=["prog.py", "a"]
     )
     assert result.ok, result.error
     seen: dict[str, str] = result.value
-    assert len(seen) == 16
+    assert len(seen) == 24
     paths = host_paths()
     showing = {key for key, text in seen.items() if any(path in text for path in paths)}
-    assert showing == STILL_VISIBLE_AT_CONFINED, {key: seen[key] for key in showing}
+    assert showing == set(), {key: seen[key] for key in showing}
+    installation = {key for key, text in seen.items() if sys.base_prefix in text}
+    assert installation <= NAMES_THE_INSTALLATION, installation - NAMES_THE_INSTALLATION
     assert seen["sys.argv"] == repr(["prog.py", "a"])
-    assert 'File "prog.py", line 20, in fail' in seen["traceback"]
+    line = COLLECTS_ITSELF.splitlines().index('    raise ValueError("no")') + 1
+    assert f'File "prog.py", line {line}, in fail' in seen["traceback"]
     assert seen["__file__"] == seen["__spec__"] == "None"
+    # The runner's code is named by its place in the view, where its source is found.
+    assert seen["runner.__file__"] == repr("/sandbox/lib/runner/__init__.py")
+    assert seen["msgspec.inspect.__file__"] == repr("/sandbox/lib/msgspec/inspect.py")
+    assert 'File "/sandbox/lib/runner/_host.py"' in seen["call traceback"]
+    assert "self._client.call(self.name, text)" in seen["call traceback"]
+    assert seen["cwd"] == repr("/tmp/work")
+
+
+@pytest.mark.usefixtures("spawn")
+async def test_at_process_the_runners_frames_keep_their_source() -> None:
+    """At ``process`` the runner's frames are named as at ``confined`` (the zygote names
+    its code once for every child), and a traceback the program formats still shows
+    their source lines, read through each module's loader from the host's files."""
+    program = (
+        "import traceback\n"
+        "try:\n"
+        "    host.deny(1)\n"
+        "except CallError:\n"
+        "    text = traceback.format_exc()\n"
+        "text"
+    )
+    result = await sandbox.run(program, tools=[deny], level=Level.PROCESS)
+    assert result.ok, result.error
+    assert '/runner/_host.py", line' in result.value
+    assert "self._client.call(self.name, text)" in result.value
 
 
 # -- the plane's program tool ------------------------------------------------------------

@@ -1,0 +1,128 @@
+"""Where a confined view holds the runner's own code (:mod:`runner._relocate`), and the
+view's placed paths (:mod:`runner._namespaces`). What a confined program then reads of
+itself is checked end to end in ``tests/sandbox/test_program_view.py``."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from runner import _namespaces, _relocate
+from runner._relocate import LIB
+
+
+def module(name: str, file: str | None) -> types.ModuleType:
+    made = types.ModuleType(name)
+    if file is not None:
+        made.__file__ = file
+    return made
+
+
+def test_places_holds_what_was_loaded_from_beside_the_runners_packages() -> None:
+    """Each top-level package or module loaded from a directory that holds one of the
+    runner's packages goes to ``/sandbox/lib/<name>``, from the innermost such directory
+    (a virtual environment inside the checkout); the standard library and submodules
+    are not places of their own."""
+    checkout, venv = "/src/app", "/src/app/.venv/lib/python3.11/site-packages"
+    loaded = {
+        "protocol": module("protocol", f"{checkout}/protocol/__init__.py"),
+        "protocol._calls": module("protocol._calls", f"{checkout}/protocol/_calls.py"),
+        "runner": module("runner", f"{checkout}/runner/__init__.py"),
+        "msgspec": module("msgspec", f"{venv}/msgspec/__init__.py"),
+        "typing_extensions": module("typing_extensions", f"{venv}/typing_extensions.py"),
+        "json": module("json", "/usr/lib/python3.11/json/__init__.py"),
+        "sys": module("sys", None),
+    }
+    assert _relocate.places(loaded) == {
+        f"{checkout}/protocol": f"{LIB}/protocol",
+        f"{checkout}/runner": f"{LIB}/runner",
+        f"{venv}/msgspec": f"{LIB}/msgspec",
+        f"{venv}/typing_extensions.py": f"{LIB}/typing_extensions.py",
+    }
+
+
+def test_places_of_this_process_are_the_runners_packages() -> None:
+    """Here: the three packages at least, each a directory that exists, each at its name."""
+    found = _relocate.places()
+    for name in _relocate.PACKAGES:
+        (source,) = [s for s, inside in found.items() if inside == f"{LIB}/{name}"]
+        assert os.path.isdir(source)
+        assert sys.modules[name].__file__ == os.path.join(source, "__init__.py")
+
+
+def test_relocate_code_names_every_function_by_its_place(tmp_path: Path) -> None:
+    """Functions defined in a placed directory, nested ones and closures made before and
+    after included, get code named by the place; others are left alone; running them
+    still works."""
+    package = tmp_path / "pkg"
+    package.mkdir()
+    source = package / "mod.py"
+    source.write_text(
+        "def outer():\n"
+        "    def inner():\n"
+        "        return 1\n"
+        "    return inner\n"
+        "class K:\n"
+        "    def method(self):\n"
+        "        return 2\n"
+        "made_before = outer()\n"
+    )
+    spec = importlib.util.spec_from_file_location("relocate_probe_mod", source)
+    assert spec is not None
+    assert spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+
+    def elsewhere() -> int:
+        return 3
+
+    changed = _relocate.relocate_code({str(package): f"{LIB}/pkg"})
+    assert changed >= 3  # outer, made_before (an inner), method
+    place = f"{LIB}/pkg/mod.py"
+    assert mod.outer.__code__.co_filename == place
+    assert mod.made_before.__code__.co_filename == place
+    assert mod.outer().__code__.co_filename == place  # made after: from the new consts
+    assert mod.K.method.__code__.co_filename == place
+    assert (mod.outer()(), mod.K().method(), mod.made_before()) == (1, 2, 1)
+    assert elsewhere.__code__.co_filename == __file__
+
+
+@pytest.mark.parametrize(
+    ("placed", "message"),
+    [
+        ([("relative", "/sandbox/lib/x")], "not an absolute path"),
+        ([("/nowhere-at-all", "/sandbox/lib/x")], "No such file"),
+        ([("/usr", "/usr/lib/x")], "within the view's read-only paths"),
+        ([("/usr",)], "not a (host path, path inside) pair"),
+        ([("/usr", "/proc/x")], "cannot be bound"),
+    ],
+    ids=["relative", "missing", "inside-read-only", "not-a-pair", "proc"],
+)
+def test_a_bad_placed_path_is_refused(placed: list[tuple[str, ...]], message: str) -> None:
+    """A placed path that cannot be bound is refused before anything changes, saying why."""
+    with pytest.raises(ValueError, match="placed") as info:
+        _namespaces._mounts(["/usr"], placed)
+    assert message in str(info.value)
+
+
+def test_a_placed_symbolic_link_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "target").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "target")
+    with pytest.raises(ValueError, match="symbolic link"):
+        _namespaces._mounts([], [(str(tmp_path / "link"), "/sandbox/lib/x")])
+
+
+def test_placed_paths_are_bound_from_their_source() -> None:
+    """A placed path is mounted at its path inside, from its host path, and keeps the
+    stage apart from both."""
+    here = os.path.dirname(_relocate.__file__)
+    mounts = _namespaces._mounts(["/usr"], [(here, f"{LIB}/runner")])
+    placed = mounts[f"{LIB}/runner"]
+    assert (placed.source, placed.is_dir, placed.link) == (here, True, None)
+    assert mounts["/usr"].source == "/usr"
+    assert set(_namespaces._taken(mounts, None)) == {"/usr", f"{LIB}/runner", here}
