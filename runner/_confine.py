@@ -55,17 +55,10 @@ def _read_only(import_paths: tuple[str, ...]) -> tuple[str, ...]:
     return _namespaces.python_read_only(import_paths)
 
 
-@functools.cache
-def _placed() -> tuple[tuple[str, str], ...]:
-    """The runner's own packages, and where the view holds them (:mod:`runner._relocate`)."""
-    return tuple(sorted(_relocate.places().items()))
-
-
 def warm(request: ConfineRequest) -> None:
     """Compute, in a template process, what every confined child it forks would compute."""
     spec = _spec(request)
     _seccomp.build_filter(_seccomp._host_arch())
-    _relocate.warm(dict(spec.placed))
     if _namespaces.shares_view(spec):
         _namespaces.warm_shared_view(spec.read_only, spec.placed)
 
@@ -80,7 +73,7 @@ def shared_view(request: ConfineRequest) -> SharedView | None:
 def _spec(request: ConfineRequest) -> _namespaces.ConfineSpec:
     return _namespaces.ConfineSpec(
         read_only=_read_only(request.import_paths),
-        placed=_placed(),
+        placed=_relocate.placed(),
         workdir=request.workdir,
         hostname=request.hostname,
         host_uid=request.host_uid,
@@ -118,7 +111,5 @@ def confine(
         list_only=("/proc",),
     )
     _seccomp.install()
-    _relocate.enter_view(dict(spec.placed))
-    # What named the host paths of the runner's packages: not kept for the program.
-    _placed.cache_clear()
-    _namespaces.forget_shared_views()
+    _relocate.enter_view()
+    _namespaces.forget_shared_views()  # they name the runner's packages' host paths

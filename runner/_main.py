@@ -679,7 +679,7 @@ def prepare_confined(argv: Sequence[str] | None = None) -> None:
     """Before :func:`main`, in a fresh runner process: if it will be confined
     (``--confine`` in ``argv``, default ``sys.argv[1:]``), import what it uses once
     confined, then name the runner's code by its place in the view
-    (:func:`runner._relocate.relocate_code`).
+    (:func:`runner._relocate.relocate`).
 
     Call it first, then :func:`main` from outside it (``runner.prepare_confined();
     runner.main()``): frames already running keep the names they started with, so no
@@ -696,7 +696,7 @@ def prepare_confined(argv: Sequence[str] | None = None) -> None:
         get_backend(args[at] if at < len(args) else DEFAULT_BACKEND)
     except (LookupError, ImportError):
         pass  # main() reports it
-    _relocate.relocate_code()
+    _relocate.relocate()
 
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:

@@ -3,26 +3,28 @@
 A confined run's view holds the runner's packages (:data:`PACKAGES`, and any other module
 the runner loaded from beside them, such as msgspec's ``typing_extensions``) read-only, as
 it must (the runner imports from them once confined), but not at their host paths: each
-is bound at ``/sandbox/lib/<name>`` (:func:`places`), so that nothing the
-program reads of itself (``sys.path``, a module's ``__file__``, the runner's frames in a
-stack or a traceback it formats) names the host's checkout or virtual environment.
+is bound at ``/sandbox/lib/<name>`` (:func:`places`), so that nothing the program reads of
+itself (``sys.path``, a module's ``__file__``, the runner's frames in a stack or a
+traceback it formats, their code) names the host's checkout or virtual environment.
 
 Two steps make the names agree with the view:
 
-* :func:`relocate_code`, once per process that will become confined runners (the
-  zygote, a cold confined runner), after the imports and before any of the runner's
-  functions that stay on the stack is called: every function of those packages gets its
-  code object again with ``co_filename`` under :data:`LIB` (nested code included), which
-  is what frames and tracebacks show. Done in the zygote, the new code objects are
-  shared by every child it forks, at every level; at ``process`` (where the host's
-  files are the program's to read anyway) the source of those frames is still found,
-  through each module's loader.
-* :func:`enter_view`, in each confined runner once its walls are up: ``sys.path`` and the
-  modules' file attributes (``__file__``, ``__path__``, ``__cached__``, the spec's and
-  the loader's) move under :data:`LIB`, the importer cache is emptied (it names the host
-  paths), and a virtual environment's prefix, which the view does not hold, gives way
-  to the installation's. Later imports from the packages then find their files in the
-  view, under the same names.
+* :func:`relocate`, once per process that forks or becomes runners (the zygote; a cold
+  confined runner), after its imports and before any of the runner's functions that
+  stay on the stack is entered. Every function loaded from a place gets its code again
+  with ``co_filename`` under :data:`LIB` (nested code included), which is what frames and
+  tracebacks show; every module loaded from one names its place in ``__file__``,
+  ``__cached__``, ``__path__``, its spec and its loader. Done in the zygote, all of it is
+  shared by every child it forks, at every level, and no child writes it again. While
+  :data:`_HOST` says where each place is on the host, the modules' loaders read their
+  files there, and a path hook finds submodules there: a zygote's child at ``process``,
+  whose file system is the host's, imports and shows source as before (what it imports
+  from then on is named by its host path: at ``process`` nothing is hidden).
+* :func:`enter_view`, in each confined runner once its walls are up: :data:`_HOST` is
+  emptied (the places are the view's own paths now), ``sys.path`` names :data:`LIB`
+  instead of the host's directories, the importer cache forgets the finders that named
+  them, and a virtual environment's prefix, which the view does not hold, gives way to
+  the installation's. A few writes: the zygote's pages stay shared.
 
 The interpreter's installation (``sys.executable``, the standard library) stays at its
 host path: the view binds it there, and the README says so.
@@ -35,15 +37,25 @@ import os
 import sys
 import types
 from collections.abc import Mapping
+from importlib.machinery import FileFinder, SourceFileLoader
 from importlib.util import cache_from_source
 from typing import Final
 
-__all__ = ["LIB", "PACKAGES", "enter_view", "places", "relocate_code", "warm"]
+__all__ = ["LIB", "PACKAGES", "enter_view", "placed", "places", "relocate", "relocate_code"]
 
 #: The directory of a confined run's view that holds the runner's packages.
 LIB: Final = "/sandbox/lib"
 #: The top-level packages a confined runner imports from once its walls are up.
 PACKAGES: Final = ("protocol", "runner", "msgspec")
+
+#: Once :func:`relocate` has run: each place, and where it is on the host (emptied in a
+#: confined runner, whose view holds the places themselves).
+_HOST: dict[str, str] = {}
+#: What :func:`relocate` moved, host path to place (None: nothing was moved yet).
+_relocated: dict[str, str] | None = None
+#: What :func:`enter_view` writes (worked out by :func:`relocate`): ``sys.path``, and the
+#: importer cache's keys to forget.
+_view: tuple[list[str], list[str]] | None = None
 
 
 def places(modules: Mapping[str, types.ModuleType] | None = None) -> dict[str, str]:
@@ -76,6 +88,13 @@ def places(modules: Mapping[str, types.ModuleType] | None = None) -> dict[str, s
     return found
 
 
+def placed() -> tuple[tuple[str, str], ...]:
+    """The ``(host path, place)`` pairs a confined view binds: those :func:`relocate`
+    moved, if it ran, else :func:`places` of this process now."""
+    where = places() if _relocated is None else _relocated
+    return tuple(sorted(where.items()))
+
+
 def _moved(path: str, where: Mapping[str, str]) -> str | None:
     """``path`` under its new place, or None if it is in none of ``where``."""
     for old, new in where.items():
@@ -84,14 +103,43 @@ def _moved(path: str, where: Mapping[str, str]) -> str | None:
     return None
 
 
-def relocate_code(where: Mapping[str, str] | None = None) -> int:
-    """Give every function defined in ``where``'s directories (default :func:`places`)
-    code that names its file by the new place; the number of functions changed.
+def _within(path: str, parent: str) -> bool:
+    return path == parent or path.startswith(parent + "/")
+
+
+def _on_host(path: str) -> str:
+    """``path`` where the host has it, if it is in a place and :data:`_HOST` says where."""
+    return _moved(path, _HOST) or path if _HOST else path
+
+
+class _PlacedLoader(SourceFileLoader):
+    """The loader of a module named by its place: reads its files on the host while
+    :data:`_HOST` says where (a ``process`` child), else at the place itself (in the view)."""
+
+    def get_data(self, path: str) -> bytes:
+        return super().get_data(_on_host(path))
+
+    def path_stats(self, path: str) -> Mapping[str, float | int]:
+        return super().path_stats(_on_host(path))
+
+
+def _hook(path: str) -> FileFinder:
+    """``sys.path_hooks``: a place's directory, while :data:`_HOST` says where it is on the
+    host, is looked for there (a package's submodules, in a ``process`` child)."""
+    host = _on_host(path)
+    if host == path:
+        raise ImportError("not a place with a host path")  # the next hook takes it
+    details = (SourceFileLoader, [".py"])
+    return FileFinder(host, details)
+
+
+def relocate_code(where: Mapping[str, str]) -> int:
+    """Give every function defined in ``where``'s paths code that names its file by its
+    place; the number of functions changed.
 
     Frames already running keep their code: call this before the functions that stay on
     the stack are entered.
     """
-    where = places() if where is None else where
     done: dict[int, types.CodeType] = {}
 
     def moved(code: types.CodeType) -> types.CodeType:
@@ -115,62 +163,71 @@ def relocate_code(where: Mapping[str, str] | None = None) -> int:
     return changed
 
 
-def enter_view(where: Mapping[str, str]) -> None:
-    """In a confined runner, walls up: the module attributes and ``sys.path`` that name
-    ``where``'s host paths name their places in the view.
-
-    What to write is worked out once per process (:func:`warm`, in the zygote), so that
-    each runner only writes it: about a hundred attributes, whose pages the runner then
-    copies from the zygote's. Nothing kept for it names a host path afterwards.
-    """
-    global _plan
-    path, writes = warm(where)
-    _plan = None
-    sys.path[:] = path
-    _forget_finders(where)  # those the zygote made again since it warmed, if any
-    for attrs, values in writes:
-        attrs.update(values)
-    if sys.prefix != sys.base_prefix:  # a virtual environment: not in the view
-        sys.prefix = sys.base_prefix
-        sys.exec_prefix = sys.base_exec_prefix
-
-
-#: What :func:`enter_view` writes: ``sys.path``, and the attribute dictionaries with their
-#: new values (nothing of it names a host path once written).
-_Plan = tuple[list[str], list[tuple[dict[str, object], dict[str, object]]]]
-_plan: _Plan | None = None
-
-
-def warm(where: Mapping[str, str]) -> _Plan:
-    """What :func:`enter_view` writes for ``where``, worked out once per process (a zygote
-    does it for every runner it forks). Empties the importer cache of the finders that
-    name ``where``'s directories (an import recreates one where it needs it)."""
-    global _plan
-    if _plan is not None:
-        return _plan
+def relocate(where: Mapping[str, str] | None = None) -> None:
+    """Name everything loaded from ``where``'s paths (default :func:`places`) by its place:
+    code, modules, specs, loaders (see the module docstring). Once per process; a
+    second call does nothing."""
+    global _relocated, _view
+    if _relocated is not None:
+        return
+    where = dict(places() if where is None else where)
+    relocate_code(where)
+    for module in list(sys.modules.values()):
+        for attrs, values in _module_writes(module, where):
+            attrs.update(values)
+        loader = getattr(module, "__loader__", None)
+        if type(loader) is SourceFileLoader and _moved(loader.path, _invert(where)):
+            loader.__class__ = _PlacedLoader
+    _HOST.update(_invert(where))
+    if _hook not in sys.path_hooks:
+        sys.path_hooks.insert(0, _hook)
+    _forget_finders(where)
+    _relocated = where
+    # What enter_view() writes, worked out here: sys.path with the places for the host's
+    # directories that hold them, and the importer cache's keys that may name either.
     parents = {os.path.dirname(old) for old in where}
     path: list[str] = []
     for entry in sys.path:
         entry = LIB if entry in parents else entry
         if entry not in path:
             path.append(entry)
-    _forget_finders(where)
-    writes: list[tuple[dict[str, object], dict[str, object]]] = []
+    stale = {*parents, LIB, *where.values()}
     for module in list(sys.modules.values()):
-        writes.extend(_module_writes(module, where))
-    _plan = (path, writes)
-    return _plan
+        search = getattr(module, "__path__", None)
+        if isinstance(search, list):
+            stale.update(p for p in search if isinstance(p, str) and _within(p, LIB))
+    _view = (path, sorted(stale))
+
+
+def _invert(where: Mapping[str, str]) -> dict[str, str]:
+    return {new: old for old, new in where.items()}
+
+
+def enter_view() -> None:
+    """In a confined runner, walls up: ``sys.path`` and the importer cache name the view's
+    places, not the host's directories, and nothing reads a place on the host any more
+    (see the module docstring). Relocates first if the process has not yet (a runner
+    started without its boot's :func:`relocate`: then each runner pays for it)."""
+    global _relocated, _view
+    relocate()
+    path, stale = _view or ([], [])
+    # What named the host is not kept for the program (a few small objects freed).
+    _relocated, _view = {}, None
+    _HOST.clear()
+    sys.path[:] = path
+    for key in stale:  # finders made since relocate(), if any
+        sys.path_importer_cache.pop(key, None)
+    if sys.prefix != sys.base_prefix:  # a virtual environment: not in the view
+        sys.prefix = sys.base_prefix
+        sys.exec_prefix = sys.base_exec_prefix
 
 
 def _forget_finders(where: Mapping[str, str]) -> None:
-    """Drop the importer cache's finders of the directories that hold ``where``'s paths."""
-    parents = {os.path.dirname(old) for old in where}
+    """Drop the importer cache's finders of the directories that hold ``where``'s paths,
+    and of the places (a finder the hook made reads the host)."""
+    parents = {os.path.dirname(old) for old in where} | {LIB}
     for key in [k for k in sys.path_importer_cache if any(_within(k, p) for p in parents)]:
         del sys.path_importer_cache[key]
-
-
-def _within(path: str, parent: str) -> bool:
-    return path == parent or path.startswith(parent + "/")
 
 
 def _module_writes(

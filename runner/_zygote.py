@@ -735,7 +735,7 @@ def _prepare() -> None:
     # paths, in every child.
     from . import _relocate
 
-    _relocate.relocate_code()
+    _relocate.relocate()
 
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:

@@ -126,3 +126,57 @@ def test_placed_paths_are_bound_from_their_source() -> None:
     assert (placed.source, placed.is_dir, placed.link) == (here, True, None)
     assert mounts["/usr"].source == "/usr"
     assert set(_namespaces._taken(mounts, None)) == {"/usr", f"{LIB}/runner", here}
+
+
+#: In a fresh interpreter: relocate as the zygote does, then what a ``process`` child
+#: reads (source through the loaders, a submodule not imported before), then what a
+#: confined runner keeps once it enters its view (without a view: only what it names).
+AS_THE_ZYGOTE = """
+import json, linecache, os, sys
+sys.path[:0] = sys.argv[1:3]
+import runner
+from runner import _main, _relocate
+_relocate.relocate()
+code = _main.serve.__code__
+seen = {
+    "file": _main.__file__,
+    "code": code.co_filename,
+    "line": linecache.getline(code.co_filename, code.co_firstlineno, vars(_main)),
+}
+import runner._probe
+seen["later"] = runner._probe.__file__
+_relocate.enter_view()
+seen["path"] = sys.path
+seen["kept"] = [_relocate._relocated, _relocate._view, dict(_relocate._HOST)]
+print(json.dumps(seen))
+"""
+
+
+def test_relocated_code_reads_its_files_on_the_host_until_the_view() -> None:
+    """After :func:`relocate`, the runner's modules and code are named by their places;
+    while the process is not confined, their source is read on the host and submodules
+    not imported before are found there; :func:`enter_view` leaves ``sys.path`` naming
+    the places and keeps nothing that names the host's directories."""
+    import json
+    import subprocess
+
+    import msgspec
+
+    root = str(Path(_relocate.__file__).resolve().parents[1])
+    site = str(Path(msgspec.__file__).resolve().parents[1])
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", AS_THE_ZYGOTE, root, site],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen["file"] == seen["code"] == f"{LIB}/runner/_main.py"
+    assert seen["line"].startswith("def serve(")
+    assert seen["later"] == f"{root}/runner/_probe.py"  # at process, named as it is
+    assert LIB in seen["path"]
+    assert root not in seen["path"]
+    assert site not in seen["path"]
+    assert seen["kept"] == [{}, None, {}]
