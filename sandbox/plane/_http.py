@@ -17,10 +17,13 @@ put together with what they lack.
 from __future__ import annotations
 
 import socket
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any, Final
 from uuid import uuid4
 
+import anyio
+import anyio.abc
 import msgspec
 from mcp.server.auth.middleware.auth_context import AuthContextMiddleware
 from mcp.server.auth.middleware.bearer_auth import (
@@ -57,6 +60,9 @@ PATH: Final = "/mcp"
 MAX_BODY: Final = 2 * MAX_FRAME_BYTES
 #: Headers whose values are host names, compared without case.
 _CASELESS: Final = (b"host", b"origin")
+#: How long a request's event stream holds its headers, waiting for an answer to send with
+#: them (:class:`_Coalesced`): a call that takes longer streams, its response started.
+HOLD: Final = 1.0
 
 
 class _Transport(StreamableHTTPServerTransport):
@@ -76,6 +82,18 @@ class _Sessions(StreamableHTTPSessionManager):
     def __init__(self, server: Server[Any], log: Callable[[str], Any], **options: Any) -> None:
         super().__init__(server, **options)
         self._log = log
+        self._timers: anyio.abc.TaskGroup | None = None
+
+    @asynccontextmanager
+    async def run(self) -> AsyncIterator[None]:
+        """The SDK's, with a task group for :class:`_Coalesced`'s timers."""
+        async with super().run(), anyio.create_task_group() as timers:
+            self._timers = timers
+            try:
+                yield
+            finally:
+                self._timers = None
+                timers.cancel_scope.cancel()
 
     def _admit_session(
         self, requestor: AuthorizationContext | None
@@ -118,10 +136,13 @@ class _Sessions(StreamableHTTPSessionManager):
                 )
                 await refusal(scope, receive, send)
                 return
-            if isinstance(message, JSONRPCRequest):
-                coalesced = _Coalesced(send, message.id)
-                await super()._handle_request(scope, receive, coalesced)
-                await coalesced.flush()  # (if the request failed, nothing held goes out)
+            if isinstance(message, JSONRPCRequest) and self._timers is not None:
+                coalesced = _Coalesced(send, message.id, self._timers)
+                try:
+                    await super()._handle_request(scope, receive, coalesced)
+                    await coalesced.flush()  # (if the request failed, nothing held goes out)
+                finally:
+                    coalesced.close()
                 return
         await super()._handle_request(scope, receive, send)
 
@@ -137,9 +158,13 @@ class _Coalesced:
     the answer until the end that follows it at once, makes them one response with a
     length: two writes, one wake-up fewer. Anything else (an event that is not the answer,
     a ping) lets what is held go at once, and the stream streams.
+
+    Nothing is held longer than :data:`HOLD`: a call still running then has its response
+    started, so that its client sees it accepted (the SDK's first event of a quiet stream
+    is a ping, 15 seconds on).
     """
 
-    def __init__(self, send: Send, request_id: RequestId) -> None:
+    def __init__(self, send: Send, request_id: RequestId, timers: anyio.abc.TaskGroup) -> None:
         self._send = send
         rid = msgspec.json.encode(request_id)
         data = b'event: message\r\ndata: {"jsonrpc":"2.0","id":' + rid
@@ -147,21 +172,28 @@ class _Coalesced:
         self._start: Message | None = None
         self._event: bytes | None = None
         self._streaming = False
+        # The timer's sends and the response's go one at a time, in order.
+        self._lock = anyio.Lock(fast_acquire=True)
+        self._timers = timers
+        self._timer = anyio.CancelScope()
 
     async def __call__(self, message: Message) -> None:
-        if self._streaming:
-            await self._send(message)
-        elif message["type"] == "http.response.start":
-            await self._on_start(message)
-        elif message["type"] == "http.response.body" and self._start is not None:
-            await self._on_body(self._start, message)
-        else:
-            await self._stream(message)
+        async with self._lock:
+            if self._streaming:
+                await self._send(message)
+            elif message["type"] == "http.response.start":
+                await self._on_start(message)
+            elif message["type"] == "http.response.body" and self._start is not None:
+                await self._on_body(self._start, message)
+            else:
+                await self._stream(message)
 
     async def _on_start(self, start: Message) -> None:
-        """Hold an event stream's headers until its first event; send any other's."""
+        """Hold an event stream's headers until its first event, for :data:`HOLD` at
+        most; send any other's."""
         if _is_event_stream(start):
             self._start = start
+            self._timers.start_soon(self._release)
         else:
             self._streaming = True
             await self._send(start)
@@ -190,11 +222,28 @@ class _Coalesced:
 
     async def _stream(self, message: Message) -> None:
         """Send what is held, then ``message``, and stream from now on."""
-        await self.flush()
+        await self._flush()
         await self._send(message)
+
+    async def _release(self) -> None:
+        """After :data:`HOLD`, send what is still held."""
+        with self._timer:
+            await anyio.sleep(HOLD)
+            try:
+                await self.flush()
+            except OSError:
+                pass  # the client has gone: the response's own next send says so
+
+    def close(self) -> None:
+        """Stop the timer: the response is over."""
+        self._timer.cancel()
 
     async def flush(self) -> None:
         """Send what is held, and stream from now on."""
+        async with self._lock:
+            await self._flush()
+
+    async def _flush(self) -> None:
         self._streaming = True
         start, event = self._start, self._event
         self._start = self._event = None

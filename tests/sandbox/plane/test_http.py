@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+from contextlib import AsyncExitStack
 from pathlib import Path
 
 import anyio
@@ -197,24 +198,46 @@ async def test_another_loopback_address_is_its_own_host() -> None:
         assert await anyio.to_thread.run_sync(post, url, {}) == 200
 
 
+def long_call(rid: int, marks: Path) -> bytes:
+    """A tools/call that marks ``marks`` at once, then runs on for 30 seconds."""
+    params = {"name": "mark", "arguments": {"path": str(marks), "seconds": 30}}
+    return json.dumps(
+        {"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": params}
+    ).encode()
+
+
+@pytest.mark.slow
+async def test_a_call_that_runs_on_has_its_response_started(tmp_path: Path) -> None:
+    """The headers of a call's event stream, held a moment for an answer to go out with
+    them, go out while the call runs: not at the stream's first ping, 15 seconds on."""
+    marks = tmp_path / "marks"
+    async with (
+        http_server() as (url, _),
+        raw_client(url) as client,
+        AsyncExitStack() as stack,
+    ):
+        call = long_call(client.next_id(), marks)
+        with anyio.fail_after(8):
+            response = await stack.enter_async_context(
+                client.client.stream("POST", url, content=call, headers=client.headers)
+            )
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        assert marks.exists(), "the call is running"
+
+
 @pytest.mark.slow
 async def test_a_cancelled_call_gets_no_answer(tmp_path: Path) -> None:
-    """After notifications/cancelled, the call's stream ends with nothing for its id (the
-    spec forbids an answer; the SDK's transport sent -32800, which the TypeScript client
-    reports as a response for an unknown message id)."""
+    """After notifications/cancelled, the call's stream ends at once with nothing for its id
+    (the spec forbids an answer; the SDK's transport sent -32800, which the TypeScript
+    client reports as a response for an unknown message id)."""
     marks = tmp_path / "marks"
     async with http_server() as (url, _), raw_client(url) as client:
         rid = client.next_id()
-        call = {
-            "jsonrpc": "2.0",
-            "id": rid,
-            "method": "tools/call",
-            "params": {"name": "mark", "arguments": {"path": str(marks), "seconds": 30}},
-        }
         lines: list[str] = []
-        with anyio.fail_after(20):
+        with anyio.fail_after(30):
             async with client.client.stream(
-                "POST", url, content=json.dumps(call).encode(), headers=client.headers
+                "POST", url, content=long_call(rid, marks), headers=client.headers
             ) as response:
                 assert response.status_code == 200
                 await until(marks.exists, 10)
@@ -224,7 +247,8 @@ async def test_a_cancelled_call_gets_no_answer(tmp_path: Path) -> None:
                     "params": {"requestId": rid, "reason": "test"},
                 }
                 assert (await client.post(cancel)).status_code == 202
-                lines.extend([line async for line in response.aiter_lines()])
+                with anyio.fail_after(8):  # the call runs 30 seconds uncancelled
+                    lines.extend([line async for line in response.aiter_lines()])
         assert sse_messages("\n".join(lines)) == [], lines
         # The session goes on.
         assert (await client.call("lookup", key="x"))["structuredContent"] == {"value": "X"}
