@@ -21,8 +21,15 @@ BUDGET = 15 * 60.0
 #: What ``make test`` runs of the clone's suite. The whole suite runs here already, on
 #: the same commit: the clone proves the install, the lint, the type check and the test
 #: command from nothing, with a part of the suite that goes through the installed entry
-#: point and a real child (not this test again).
-PYTEST_ARGS = "tests/protocol/test_e2e.py tests/sandbox/test_cli.py"
+#: point (the ``sandbox`` script against ``python -m sandbox``) and real children (the
+#: wire's end-to-end tests), not this test again. ``make demo`` before it has run programs
+#: through the installed script as well.
+PYTEST_ARGS = " ".join(
+    (
+        "tests/protocol/test_e2e.py",
+        "tests/sandbox/test_cli.py::test_console_script_works_like_python_dash_m",
+    )
+)
 #: Set by a developer's shell or by the test's own process (make, pytest, a venv), not by
 #: a fresh login.
 NOT_A_FRESH_USER = ("PY", "VIRTUAL_ENV", "PYTHONHOME", "PYTHONPATH", "PYTEST_ADDOPTS")
