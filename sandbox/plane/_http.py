@@ -231,8 +231,11 @@ class _Coalesced:
             await anyio.sleep(HOLD)
             try:
                 await self.flush()
-            except OSError:
-                pass  # the client has gone: the response's own next send says so
+            except Exception:
+                # The client has gone (the response's own next send says so), or the
+                # response ended meanwhile: whatever it is, a timer must not take the
+                # server's task group, and every other session, down with it.
+                pass
 
     def close(self) -> None:
         """Stop the timer: the response is over."""
