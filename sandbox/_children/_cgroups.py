@@ -28,6 +28,45 @@ and ``/proc/self/cgroup``: v1 where its ``pids``, ``freezer`` and ``memory`` hie
 are all mounted (legacy and hybrid hosts), else v2 where a cgroup2 file system is
 mounted, else none. The rest of the code holds a :class:`CgroupSet` (a run's cgroups),
 whose every operation is the hierarchy's: nothing else asks which version it is on.
+
+Delegation (v2)
+---------------
+The kernel's "no internal processes" rule enables no controller below a cgroup that
+holds processes (the root excepted), and a host's own cgroup holds the host. A host given
+a cgroup of its own (a *delegated* one: systemd's ``Delegate=yes``, a container's cgroup
+namespace) does what container runtimes do and what systemd's delegation contract asks:
+it moves every process of that cgroup into a leaf below it, :data:`HOST_DIR`
+(``sandbox-host``: the host, and whatever else was there, such as the shell that started
+it), enables ``memory`` and ``pids`` in the delegated cgroup's
+``cgroup.subtree_control``, and makes the runs' cgroups in the sibling :data:`RUNS_DIR`
+(``sandbox-runtime``). Which cgroup is delegated, and how that is decided
+(:func:`delegation`), in this order:
+
+1. ``SANDBOX_CGROUP`` (:data:`CGROUP_ENV`): a cgroup v2 directory the user says is
+   delegated to the host. It is validated (an absolute path, a directory of a cgroup2
+   file system, not the machine's root cgroup, writable by the host, and, for a host
+   that is not root, one the host's own cgroup is inside, since a process moves into a
+   cgroup only where it may write the ``cgroup.procs`` of both cgroups' common
+   ancestor); a bad value raises :class:`CgroupSettingError`, never falls back.
+2. systemd's marker: ``trusted.delegate`` (systemd 251 and later, on every unit's
+   cgroup; readable by root only) or else ``user.delegate`` (the same, readable by
+   anyone) on the host's own cgroup: ``1`` is delegated, ``0`` is a unit without
+   ``Delegate=``, whose cgroup is systemd's.
+3. The root of the host's cgroup namespace that is not the machine's root cgroup (the
+   own path in ``/proc/self/cgroup`` is ``/``, and the directory has ``cgroup.type``,
+   which the machine's root cgroup has not): a container's cgroup, handed to it whole.
+4. For a host that is not root: its own cgroup, with its ``cgroup.procs`` and
+   ``cgroup.subtree_control``, owned by the host's uid while its parent is not (a
+   delegation boundary, where root handed it over). Below that boundary, every cgroup of
+   a user's service manager is the user's too, delegated or not: there the marker
+   decides. For root, ownership says nothing.
+
+Nothing else is delegated: a cgroup root merely can write (a systemd unit without
+``Delegate=``) keeps its processes, the runs' cgroups are made in it as before, and the
+memory and pids controllers are refused with the reason. A host already in the leaf of a
+delegated cgroup (one started from a moved host) uses that cgroup as it is. The
+machine's root cgroup is never delegated and never moved: the kernel lets it hold
+processes and still give controllers to its children.
 """
 
 from __future__ import annotations
@@ -37,27 +76,47 @@ import contextlib
 import errno
 import functools
 import os
+import posixpath
 import select
 import signal
+import stat
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Final
 
+from .._errors import SandboxError
+
 __all__ = [
+    "CGROUP_ENV",
+    "HOST_DIR",
     "CgroupSet",
+    "CgroupSettingError",
     "CgroupV1",
     "CgroupV2",
+    "Delegation",
     "Hierarchy",
     "NoCgroups",
     "cgroup_support",
     "cgroups_available",
+    "delegation",
     "hierarchy",
 ]
 
-#: The directory, in the host's own cgroup, that holds the runs' cgroups.
+#: The directory, in the host's own cgroup (v1) or in the cgroup delegated to it (v2),
+#: that holds the runs' cgroups.
 RUNS_DIR: Final = "sandbox-runtime"
+#: The leaf, in a cgroup delegated to the host (v2), that every process of that cgroup is
+#: moved into, so that the cgroup holds none and can give its children controllers.
+HOST_DIR: Final = "sandbox-host"
+#: The environment variable that names a cgroup v2 directory delegated to the host.
+CGROUP_ENV: Final = "SANDBOX_CGROUP"
+#: How long moving a delegated cgroup's processes into :data:`HOST_DIR` keeps finding new
+#: ones (forks under way land in the old cgroup and are moved by the next pass) before it
+#: gives up: a process tree that forks that long is not the host's.
+_MOVE_WAIT: Final = 5.0
 #: The v1 hierarchies a run needs (the keys of :func:`cgroup_support`, on either version:
 #: on v2 ``freezer`` stands for the core interface, kill and freeze).
 CONTROLLERS: Final = ("pids", "freezer", "memory")
@@ -77,6 +136,30 @@ _RUNS_CPU_SHARES: Final = 1024
 _REMOVE_WAIT: Final = 10.0
 #: The v2 controllers the runs' cgroups get where the parent offers them.
 _V2_CONTROLLERS: Final = ("memory", "pids")
+
+
+class CgroupSettingError(SandboxError, ValueError):
+    """``SANDBOX_CGROUP`` names no cgroup the host can use; the message says why and how to
+    fix it. The setting is never ignored or worked around: every run that needs the
+    host's cgroups raises this until it is fixed or unset."""
+
+
+@dataclass(frozen=True)
+class Delegation:
+    """Whether a v2 host's cgroup is delegated to it, and how that was decided (see the
+    module docstring).
+
+    Attributes:
+        cgroup: the cgroup judged: the delegated one when ``delegated`` (its processes go
+            into :data:`HOST_DIR`, the runs' cgroups into :data:`RUNS_DIR` below it),
+            else the host's own.
+        delegated: whether the host may treat ``cgroup`` as its own.
+        how: how that was decided, or why it is not delegated (for ``doctor``).
+    """
+
+    cgroup: Path
+    delegated: bool
+    how: str
 
 
 # -- what is mounted where ------------------------------------------------------------
@@ -153,6 +236,24 @@ def parse_proc_cgroup(text: str) -> tuple[dict[str, str], str | None]:
     return v1, v2
 
 
+def _mount_at(mountinfo: str, path: Path) -> tuple[str, _Mount] | None:
+    """The file system type and mount that ``path`` (resolved) is on: the mount with the
+    longest mount point above it, the later one where two share a point (it hides the
+    earlier)."""
+    best: tuple[str, _Mount] | None = None
+    for line in mountinfo.splitlines():
+        head, sep, tail = line.partition(" - ")
+        fields, rest = head.split(), tail.split()
+        if not sep or len(fields) < 5 or not rest:
+            continue
+        point = Path(_unescape(fields[4]))
+        if point != path and point not in path.parents:
+            continue
+        if best is None or len(point.parts) >= len(best[1].point.parts):
+            best = (rest[0], _Mount(point, _unescape(fields[3]), frozenset()))
+    return best
+
+
 def _read(path: Path) -> str | None:
     try:
         return path.read_text()
@@ -202,6 +303,10 @@ class Hierarchy(abc.ABC):
     @abc.abstractmethod
     def support(self) -> dict[str, str | None]:
         """For each of :data:`CONTROLLERS`: None if runs get it here, else why not."""
+
+    def details(self) -> dict[str, str | bool | None]:
+        """Where the runs' cgroups are, and why there (for ``doctor --json``)."""
+        return {}
 
     def available(self) -> bool:
         """Whether per-run cgroups can be made here (to list and kill every process)."""
@@ -512,26 +617,62 @@ class CgroupV1(Hierarchy):
 class CgroupV2(Hierarchy):
     """The unified hierarchy: one cgroup per run, made in ``parent``.
 
-    ``parent`` is the directory that holds the runs' cgroups: ``sandbox-runtime`` in the
-    host's own cgroup by default (:func:`hierarchy`), or a delegated subtree given to the
-    host (made if missing; its own parent must be writable to enable controllers there,
-    as a delegated subtree's is). The run's cgroups get the ``memory`` and ``pids``
-    controllers where they can be enabled (see the module docstring).
+    ``parent`` is the directory that holds the runs' cgroups (made if missing; its own
+    parent must be writable to enable controllers there): :data:`RUNS_DIR` in the cgroup
+    delegated to the host, or else in the host's own cgroup (:func:`probe`). Given a
+    ``delegation`` that says the cgroup is delegated, the first :meth:`support` moves its
+    processes into :data:`HOST_DIR` first. The run's cgroups get the ``memory`` and
+    ``pids`` controllers where they can be enabled (see the module docstring).
     """
 
     version = 2
     _NAME: Final = "unified"
 
-    def __init__(self, parent: Path) -> None:
+    def __init__(self, parent: Path, delegation: Delegation | None = None) -> None:
         self.parent = parent
+        self.delegation = delegation
+        #: What moving the delegated cgroup's processes into its leaf did, once done (None:
+        #: not tried, or it failed: :meth:`support` says why).
+        self.moved: str | None = None
         #: Why each of :data:`_V2_CONTROLLERS` is not the runs' (None: it is), once probed.
         self._missing: dict[str, str | None] = {}
+        self._probed: dict[str, str | None] | None = None
+        self._lock = threading.Lock()
 
     def describe(self) -> str:
-        return f"cgroup v2 (unified): runs under {self.parent}"
+        out = f"cgroup v2 (unified): runs under {self.parent}"
+        given = self.delegation
+        if given is not None:
+            out += (
+                f"; {given.cgroup} is delegated to the host ({given.how})"
+                if given.delegated
+                else f"; the host's cgroup is not delegated to it ({given.how})"
+            )
+        if self.moved is not None:
+            out += f"; {self.moved}"
+        return out
 
-    @functools.cached_property
+    def details(self) -> dict[str, str | bool | None]:
+        given = self.delegation
+        return {
+            "runs_under": str(self.parent),
+            "cgroup": None if given is None else str(given.cgroup),
+            "delegated": given is not None and given.delegated,
+            "decided_by": None if given is None else given.how,
+            "host_leaf": (
+                str(given.cgroup / HOST_DIR) if given is not None and given.delegated else None
+            ),
+            "host_moved": self.moved,
+        }
+
+    @property
     def _support(self) -> dict[str, str | None]:
+        with self._lock:
+            if self._probed is None:
+                self._probed = self._probe()
+            return self._probed
+
+    def _probe(self) -> dict[str, str | None]:
         core = self._prepare()
         if core is not None:
             return dict.fromkeys(CONTROLLERS, core)
@@ -548,8 +689,9 @@ class CgroupV2(Hierarchy):
         return out
 
     def _prepare(self) -> str | None:
-        """Make the parent, probe the core interface in a throwaway cgroup, and enable the
-        controllers runs get; None when runs can have cgroups here, else why not."""
+        """Make the parent, probe the core interface in a throwaway cgroup, move the
+        delegated cgroup's processes into its leaf, and enable the controllers runs get;
+        None when runs can have cgroups here, else why not."""
         try:
             self.parent.mkdir(exist_ok=True)
             probe = self.parent / f"probe-{os.getpid()}"
@@ -566,8 +708,59 @@ class CgroupV2(Hierarchy):
             return f"cgroup v2: cannot create cgroups under {self.parent}: {exc.strerror}"
         if lacking:
             return f"cgroup v2: this kernel's cgroups have no {', '.join(lacking)} (Linux < 5.14)"
+        if self.delegation is not None and self.delegation.delegated:
+            unmoved = self._move(self.delegation.cgroup)
+            if unmoved is not None:
+                for controller in _V2_CONTROLLERS:
+                    self._missing[controller] = (
+                        f"cgroup v2: {unmoved}; the kernel enables no controller below a "
+                        "cgroup that holds processes"
+                    )
+                return None
         for controller in _V2_CONTROLLERS:
             self._missing[controller] = self._enable(controller)
+        return None
+
+    def _move(self, top: Path) -> str | None:
+        """Move every process of ``top`` (a cgroup delegated to the host) into its leaf
+        :data:`HOST_DIR`, pass after pass until a pass finds none (a fork under way when
+        its parent moved lands in ``top``; a process that exits meanwhile is passed
+        over); None when done (:attr:`moved` says what was moved), else why not."""
+        leaf = top / HOST_DIR
+        try:
+            leaf.mkdir(exist_ok=True)
+        except OSError as exc:
+            return f"cannot make {leaf} to move the host's processes into: {exc.strerror}"
+        moved: set[int] = set()
+        deadline = time.monotonic() + _MOVE_WAIT
+        while True:
+            try:
+                left = {int(x) for x in (top / "cgroup.procs").read_text().split()}
+            except (OSError, ValueError) as exc:
+                return f"cannot list the processes of {top}: {exc}"
+            if not left:
+                break
+            if time.monotonic() > deadline:
+                return (
+                    f"processes kept appearing in {top} for {_MOVE_WAIT:g} s "
+                    f"({len(left)} still there), which the host moves into {leaf}"
+                )
+            for pid in sorted(left):
+                try:
+                    (leaf / "cgroup.procs").write_text(str(pid))
+                except OSError as exc:
+                    if exc.errno == errno.ESRCH:
+                        continue  # it exited meanwhile
+                    return (
+                        f"cannot move process {pid} from {top} into {leaf}: {exc.strerror or exc}"
+                    )
+                moved.add(pid)
+            time.sleep(0.001)  # an exiting process stays listed for a moment
+        if not moved:
+            self.moved = f"the host's processes were in {leaf} already"
+        else:
+            host = " (the host among them)" if os.getpid() in moved else ""
+            self.moved = f"moved {len(moved)} process(es) of {top} into {leaf}{host}"
         return None
 
     def _enable(self, controller: str) -> str | None:
@@ -584,7 +777,8 @@ class CgroupV2(Hierarchy):
                     return f"cgroup v2: the {controller} controller is not listed in {listed}"
                 why = (
                     "it holds processes, and the kernel enables controllers only below cgroups "
-                    "without processes of their own: give the host a delegated subtree"
+                    "without processes of their own; the host moves its processes out only "
+                    f"of a cgroup delegated to it (set {CGROUP_ENV}, or see sandbox doctor)"
                     if exc.errno == errno.EBUSY
                     else exc.strerror
                 )
@@ -753,52 +947,242 @@ def _wait_event(path: Path, key: str, value: int, deadline: float) -> bool:
 # -- which hierarchy this host uses ----------------------------------------------------
 
 
-def probe(mountinfo: str, proc_cgroup: str, parent: Path | None = None) -> Hierarchy:
-    """The hierarchy a host with this ``mountinfo`` and ``/proc/self/cgroup`` uses (v1
-    where its pids, freezer and memory hierarchies are mounted, else v2, else none).
+def _marker(path: Path) -> tuple[str, str] | None:
+    """systemd's delegation marker on ``path`` (its name and value), None where it has
+    none: ``trusted.delegate`` first (only root can read it; systemd prefers it), then
+    ``user.delegate``."""
+    for name in ("trusted.delegate", "user.delegate"):
+        try:
+            value = os.getxattr(path, name)
+        except OSError:  # ENODATA: not set (or trusted.* unreadable); ENOTSUP: no xattrs
+            continue
+        return name, value.decode(errors="replace").strip("\0\n ")
+    return None
 
-    ``parent``: the directory that holds the runs' cgroups on v2 (a delegated subtree);
-    None for ``sandbox-runtime`` in the host's own cgroup.
+
+def _owner(path: Path) -> int | None:
+    try:
+        return os.stat(path).st_uid
+    except OSError:
+        return None
+
+
+def delegation(own: Path, own_path: str, *, euid: int | None = None) -> Delegation:
+    """Whether the host's own cgroup (the directory ``own``, ``own_path`` in the
+    hierarchy as ``/proc/self/cgroup`` names it) is delegated to it, or the one whose
+    leaf (:data:`HOST_DIR`) it is in; decided as the module docstring says.
+
+    Args:
+        own: the host's own cgroup directory.
+        own_path: its path in the hierarchy (``/`` for the root of the host's cgroup
+            namespace).
+        euid: the host's effective uid (by default this process's).
     """
+    euid = os.geteuid() if euid is None else euid
+    if own.name == HOST_DIR:
+        above = _judge(own.parent, posixpath.dirname(own_path.rstrip("/")) or "/", euid)
+        if above.delegated:
+            return Delegation(above.cgroup, True, f"{above.how}; the host is in its leaf already")
+    return _judge(own, own_path, euid)
+
+
+def _judge(path: Path, cgroup_path: str, euid: int) -> Delegation:
+    marker = _marker(path)
+    if marker is not None:
+        name, value = marker
+        if value == "1":
+            return Delegation(path, True, f"systemd marks it delegated ({name}=1)")
+        return Delegation(
+            path,
+            False,
+            f"systemd marks it not delegated ({name}={value}): the cgroup of a unit without "
+            "Delegate=, which is systemd's to manage",
+        )
+    if cgroup_path == "/":
+        if (path / "cgroup.type").exists():
+            return Delegation(
+                path,
+                True,
+                "the root of the host's cgroup namespace, not the machine's root cgroup: a "
+                "container's cgroup, handed to it whole",
+            )
+        return Delegation(
+            path,
+            False,
+            "the machine's root cgroup, never delegated (and never in need of it: it may "
+            "hold processes and still give its children controllers)",
+        )
+    if euid != 0:
+        files = (path, path / "cgroup.procs", path / "cgroup.subtree_control")
+        owners = {_owner(f) for f in files}
+        if owners != {euid}:
+            return Delegation(
+                path,
+                False,
+                f"not owned by uid {euid} (it and its cgroup.procs and "
+                "cgroup.subtree_control): not delegated to this user",
+            )
+        if _owner(path.parent) == euid:
+            return Delegation(
+                path,
+                False,
+                f"owned by uid {euid} as its parent is, with no systemd marker: a cgroup of "
+                "this user's service manager, which owns every cgroup it makes, delegated "
+                "or not (systemd older than 251 marks none)",
+            )
+        return Delegation(
+            path,
+            True,
+            f"owned by uid {euid} (with its cgroup.procs and cgroup.subtree_control) while "
+            "its parent is not: a subtree handed to this user",
+        )
+    return Delegation(
+        path,
+        False,
+        "no sign of delegation: no systemd marker (trusted.delegate, user.delegate), not "
+        "the root of a cgroup namespace (and for root, owning it says nothing)",
+    )
+
+
+def _explicit(setting: str, mountinfo: str, own_path: str | None, euid: int) -> CgroupV2:
+    """The v2 hierarchy with the runs under the cgroup ``SANDBOX_CGROUP`` names.
+
+    Raises:
+        CgroupSettingError: it names no cgroup this host can use.
+    """
+
+    def bad(why: str) -> CgroupSettingError:
+        return CgroupSettingError(
+            f"{CGROUP_ENV}={setting!r}: {why}. It names a cgroup v2 directory delegated to "
+            "the host, under which the runs' cgroups are made (unset it to let the host "
+            "find its own)"
+        )
+
+    if not setting.startswith("/"):
+        raise bad("not an absolute path")
+    path = Path(os.path.realpath(setting))
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        raise bad(exc.strerror or str(exc)) from exc
+    if not stat.S_ISDIR(mode):
+        raise bad("not a directory")
+    found = _mount_at(mountinfo, path)
+    if found is None or found[0] != "cgroup2":
+        on = "no file system" if found is None else f"{found[0]} mounted at {found[1].point}"
+        raise bad(f"not a directory of a cgroup2 file system (it is on {on})")
+    mount = found[1]
+    lacking = [n for n in ("cgroup.procs", "cgroup.subtree_control") if not (path / n).exists()]
+    if lacking:
+        raise bad(f"not a cgroup (no {', '.join(lacking)})")
+    if not (path / "cgroup.type").exists():
+        raise bad("the machine's root cgroup, which is never delegated: make a cgroup below it")
+    for target in (path, path / "cgroup.procs", path / "cgroup.subtree_control"):
+        if not os.access(target, os.W_OK, effective_ids=True):
+            raise bad(
+                f"{target} is not writable by uid {euid}: delegate it to this user (as "
+                f"root, chown {euid} {path} {path}/cgroup.procs {path}/cgroup.subtree_control)"
+            )
+    if euid != 0:
+        own = None if own_path is None else mount.find(own_path)
+        if own is None:
+            raise bad("the host's own cgroup is not on that cgroup2 file system")
+        common = path
+        while common != own and common not in own.parents and common != mount.point:
+            common = common.parent
+        if not os.access(common / "cgroup.procs", os.W_OK, effective_ids=True):
+            raise bad(
+                f"the host's own cgroup ({own}) is not inside it, and a process that is not "
+                "root joins a cgroup only where it may write the cgroup.procs of both "
+                f"cgroups' common ancestor ({common}): start the host inside it (echo $$ > "
+                f"{path}/cgroup.procs, then start the host from that shell)"
+            )
+    return CgroupV2(path / RUNS_DIR, Delegation(path, True, f"{CGROUP_ENV} names it"))
+
+
+def probe(
+    mountinfo: str, proc_cgroup: str, *, setting: str | None = None, euid: int | None = None
+) -> Hierarchy:
+    """The hierarchy a host with this ``mountinfo`` and ``/proc/self/cgroup`` uses: v1
+    where its pids, freezer and memory hierarchies are mounted, else v2, else none.
+
+    On v2, the runs' cgroups go under :data:`RUNS_DIR` in the cgroup delegated to the host
+    (:func:`delegation`), else in the host's own cgroup.
+
+    Args:
+        mountinfo: the text of ``/proc/self/mountinfo``.
+        proc_cgroup: the text of ``/proc/self/cgroup``.
+        setting: the value of ``SANDBOX_CGROUP`` (None or empty: unset), which names the
+            delegated cgroup and makes the host use v2, on any host.
+        euid: the host's effective uid (by default this process's).
+
+    Raises:
+        CgroupSettingError: ``setting`` names no cgroup this host can use.
+    """
+    euid = os.geteuid() if euid is None else euid
     v1_mounts, v2_mounts = parse_mountinfo(mountinfo)
     v1_paths, v2_path = parse_proc_cgroup(proc_cgroup)
-    if all(c in v1_mounts for c in CONTROLLERS) and parent is None:
+    if setting:
+        return _explicit(setting, mountinfo, v2_path, euid)
+    if all(c in v1_mounts for c in CONTROLLERS):
         bases: dict[str, Path | None] = {}
         for controller in (*CONTROLLERS, *OPTIONAL):
             mount, own = v1_mounts.get(controller), v1_paths.get(controller)
             where = None if mount is None or own is None else mount.find(own)
             bases[controller] = where / RUNS_DIR if where is not None and where.is_dir() else None
         return CgroupV1(bases)
-    if parent is not None:
-        return CgroupV2(parent)
     if v2_path is not None:
         for mount in v2_mounts:
             mine = mount.find(v2_path)
             if mine is not None:  # (a directory that is not there says so in support())
-                return CgroupV2(mine / RUNS_DIR)
+                given = delegation(mine, v2_path, euid=euid)
+                where = given.cgroup if given.delegated else mine
+                return CgroupV2(where / RUNS_DIR, given)
     if v2_mounts:
         return NoCgroups("cgroup v2 is mounted, but this process's own cgroup is not under it")
     missing = [c for c in CONTROLLERS if c not in v1_mounts]
     return NoCgroups(f"no cgroup v2 mounted, and no cgroup v1 {', '.join(missing)} hierarchy")
 
 
-@functools.cache
+#: One probe at a time: a delegated host's first probe moves its processes.
+_PROBING = threading.Lock()
+
+
 def hierarchy() -> Hierarchy:
-    """This host's hierarchy, probed once (see :func:`probe`)."""
+    """This host's hierarchy, probed once (see :func:`probe`), ``SANDBOX_CGROUP`` read then.
+
+    Raises:
+        CgroupSettingError: ``SANDBOX_CGROUP`` names no cgroup this host can use (each
+            call probes again until it does).
+    """
+    with _PROBING:
+        return _hierarchy()
+
+
+@functools.cache
+def _hierarchy() -> Hierarchy:
     mountinfo = _read(Path("/proc/self/mountinfo")) or ""
     proc_cgroup = _read(Path("/proc/self/cgroup")) or ""
-    return probe(mountinfo, proc_cgroup)
+    return probe(mountinfo, proc_cgroup, setting=os.environ.get(CGROUP_ENV) or None)
 
 
 def cgroup_support() -> dict[str, str | None]:
     """For each of ``pids``, ``freezer`` (v2: kill and freeze) and ``memory``: None if
-    per-run cgroups have it here, else why not (the reason names the hierarchy)."""
+    per-run cgroups have it here, else why not (the reason names the hierarchy).
+
+    Raises:
+        CgroupSettingError: ``SANDBOX_CGROUP`` names no cgroup this host can use.
+    """
     return hierarchy().support()
 
 
 def cgroups_available() -> bool:
     """Whether per-run cgroups can be made here: every process of a run can be listed
-    and killed there, and its CPU time read."""
+    and killed there, and its CPU time read.
+
+    Raises:
+        CgroupSettingError: ``SANDBOX_CGROUP`` names no cgroup this host can use.
+    """
     return hierarchy().available()
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -27,10 +28,10 @@ from typing import Any
 
 import pytest
 
-from sandbox import Level
+from sandbox import Level, SandboxError
 from sandbox._children import CgroupV1, CgroupV2, NoCgroups
-from sandbox._children._cgroups import probe
-from tests.host import child_levels
+from sandbox._children._cgroups import CgroupSettingError, Delegation, delegation, probe
+from tests.host import AS_ORDINARY_USER, child_levels
 
 ROOT = Path(__file__).resolve().parents[2]
 #: In the new mount namespace: the machine's cgroup mounts out, the unified hierarchy in.
@@ -112,6 +113,30 @@ V1_MOUNTINFO = """\
 V2_MOUNTINFO = "30 23 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n"
 
 
+def v2_mountinfo(point: Path) -> str:
+    """A mountinfo line: the unified hierarchy mounted at ``point``."""
+    return f"30 23 0:26 / {point} rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n"
+
+
+def fake_cgroup(path: Path, *, root: bool = False) -> Path:
+    """A directory standing in for a cgroup (the files the decisions read; the
+    machine's root cgroup, ``root``, has no ``cgroup.type``)."""
+    path.mkdir(parents=True, exist_ok=True)
+    names = ["cgroup.procs", "cgroup.controllers", "cgroup.subtree_control"]
+    for name in names if root else [*names, "cgroup.type"]:
+        (path / name).write_text("domain\n" if name == "cgroup.type" else "")
+    return path
+
+
+def mark(path: Path, name: str, value: str) -> None:
+    """Set systemd's delegation marker ``name`` on ``path`` (skip where the file system
+    keeps no such attribute)."""
+    try:
+        os.setxattr(path, name, value.encode())
+    except OSError as exc:
+        pytest.skip(f"no {name} attribute on {path}: {exc.strerror}")
+
+
 def test_probe_prefers_v1_where_its_hierarchies_are_mounted() -> None:
     """A hybrid host (v1 controllers, and an empty unified hierarchy beside them) uses v1."""
     found = probe(V1_MOUNTINFO, "4:memory:/a\n8:pids:/\n6:freezer:/\n0::/\n")
@@ -126,13 +151,144 @@ def test_probe_uses_v2_on_a_unified_host() -> None:
     assert found.parent == Path("/sys/fs/cgroup/user.slice/session-1.scope/sandbox-runtime")
 
 
-def test_probe_takes_a_delegated_parent() -> None:
-    """Given a parent (a delegated subtree), runs are made there, on either host."""
-    parent = Path("/sys/fs/cgroup/user.slice/user@1000.service/app.slice/sandbox")
-    for mountinfo in (V1_MOUNTINFO, V2_MOUNTINFO):
-        found = probe(mountinfo, "0::/user.slice/x\n", parent=parent)
+def test_probe_takes_a_delegated_cgroup_from_the_setting(tmp_path: Path) -> None:
+    """``SANDBOX_CGROUP`` names the delegated cgroup (a symlink to it resolved), on a
+    cgroup v2 host and on a v1 host alike: the runs go under its ``sandbox-runtime``."""
+    given = fake_cgroup(tmp_path / "cg" / "user.slice" / "app.scope")
+    link = tmp_path / "link"
+    link.symlink_to(given)
+    mountinfo = v2_mountinfo(tmp_path / "cg")
+    for text in (mountinfo, V1_MOUNTINFO + mountinfo):
+        found = probe(text, "0::/user.slice/app.scope\n", setting=str(link), euid=0)
         assert isinstance(found, CgroupV2)
-        assert found.parent == parent
+        assert found.parent == given / "sandbox-runtime"
+        assert found.delegation == Delegation(given, True, "SANDBOX_CGROUP names it")
+
+
+def test_probe_refuses_a_bad_setting(tmp_path: Path) -> None:
+    """A ``SANDBOX_CGROUP`` that names no usable cgroup raises a typed error saying why:
+    a relative path, a missing path, a file, a directory of another file system, a
+    directory of a cgroup2 file system that is no cgroup, the machine's root cgroup."""
+    root = fake_cgroup(tmp_path / "cg", root=True)
+    elsewhere = tmp_path / "plain"
+    elsewhere.mkdir()
+    (tmp_path / "file").write_text("")
+    not_a_cgroup = root / "stray"
+    not_a_cgroup.mkdir()
+    mountinfo = f"22 1 8:1 / {tmp_path} rw - ext4 /dev/vda rw\n" + v2_mountinfo(root)
+    cases = {
+        "cg/x": "not an absolute path",
+        str(tmp_path / "missing"): "No such file or directory",
+        str(tmp_path / "file"): "not a directory",
+        str(elsewhere): (
+            f"not a directory of a cgroup2 file system (it is on ext4 mounted at {tmp_path})"
+        ),
+        str(not_a_cgroup): "not a cgroup (no cgroup.procs, cgroup.subtree_control)",
+        str(root): "the machine's root cgroup, which is never delegated",
+    }
+    for setting, why in cases.items():
+        with pytest.raises(CgroupSettingError, match=re.escape(why)) as raised:
+            probe(mountinfo, "0::/\n", setting=setting, euid=0)
+        assert str(raised.value).startswith(f"SANDBOX_CGROUP={setting!r}: ")
+        assert isinstance(raised.value, SandboxError)
+
+
+def test_delegated_by_systemds_marker(tmp_path: Path) -> None:
+    """systemd's marker decides: ``user.delegate`` (or ``trusted.delegate``, which wins
+    where both are set) ``1`` makes the host's own cgroup delegated, the runs going under
+    its ``sandbox-runtime``; ``0`` (a unit without ``Delegate=``) does not, and the runs
+    go in the host's own cgroup as on any undelegated host."""
+    own = fake_cgroup(tmp_path / "system.slice" / "app.service")
+    mountinfo = v2_mountinfo(tmp_path)
+    mark(own, "user.delegate", "1")
+    found = probe(mountinfo, "0::/system.slice/app.service\n", euid=0)
+    assert isinstance(found, CgroupV2)
+    assert found.delegation == Delegation(own, True, "systemd marks it delegated (user.delegate=1)")
+    assert found.parent == own / "sandbox-runtime"
+    assert "delegated to the host" in found.describe()
+    mark(own, "user.delegate", "0")
+    found = probe(mountinfo, "0::/system.slice/app.service\n", euid=0)
+    assert isinstance(found, CgroupV2)
+    assert found.delegation is not None
+    assert not found.delegation.delegated
+    assert "user.delegate=0" in found.delegation.how
+    assert "not delegated" in found.describe()
+    if os.geteuid() != 0:
+        return  # only root reads and writes trusted.* attributes
+    mark(own, "trusted.delegate", "0")
+    mark(own, "user.delegate", "1")
+    assert not delegation(own, "/system.slice/app.service", euid=0).delegated
+    mark(own, "trusted.delegate", "1")
+    assert delegation(own, "/system.slice/app.service", euid=0).how == (
+        "systemd marks it delegated (trusted.delegate=1)"
+    )
+
+
+def test_delegated_as_the_root_of_a_cgroup_namespace(tmp_path: Path) -> None:
+    """A host whose own cgroup is ``/`` in ``/proc/self/cgroup`` is at the root of its
+    cgroup namespace: a container's cgroup (it has ``cgroup.type``) is delegated to it;
+    the machine's root cgroup (no ``cgroup.type``) never is, and the runs go under its
+    ``sandbox-runtime`` as before."""
+    container = fake_cgroup(tmp_path / "container")
+    found = probe(v2_mountinfo(container), "0::/\n", euid=0)
+    assert isinstance(found, CgroupV2)
+    assert found.delegation is not None
+    assert found.delegation.delegated
+    assert "root of the host's cgroup namespace" in found.delegation.how
+    assert found.parent == container / "sandbox-runtime"
+    machine = fake_cgroup(tmp_path / "machine", root=True)
+    found = probe(v2_mountinfo(machine), "0::/\n", euid=0)
+    assert isinstance(found, CgroupV2)
+    assert found.delegation is not None
+    assert not found.delegation.delegated
+    assert "the machine's root cgroup" in found.delegation.how
+    assert found.parent == machine / "sandbox-runtime"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason=f"{AS_ORDINARY_USER}files cannot be given away")
+def test_delegated_by_ownership_to_an_ordinary_user(tmp_path: Path) -> None:
+    """For a host that is not root, its own cgroup is delegated where it (with its
+    ``cgroup.procs`` and ``cgroup.subtree_control``) is the host's uid's and its parent
+    is not: the boundary where root handed it over. Below a cgroup the user owns (a user
+    service manager's own), ownership says nothing; a cgroup of another uid is not
+    delegated; and for root, owning it never says anything."""
+    uid = 54321
+    scope = fake_cgroup(tmp_path / "user.slice" / "user@54321.service" / "app.scope")
+    own_path = "/user.slice/user@54321.service/app.scope"
+    for path in (scope, scope / "cgroup.procs", scope / "cgroup.subtree_control"):
+        os.chown(path, uid, uid)
+    given = delegation(scope, own_path, euid=uid)
+    assert given.delegated
+    assert "owned by uid 54321" in given.how
+    assert "while its parent is not" in given.how
+    assert not delegation(scope, own_path, euid=uid + 1).delegated
+    assert not delegation(scope, own_path, euid=0).delegated
+    os.chown(scope.parent, uid, uid)
+    given = delegation(scope, own_path, euid=uid)
+    assert not given.delegated
+    assert "service manager" in given.how
+    mark(scope, "user.delegate", "1")
+    assert delegation(scope, own_path, euid=uid).delegated
+
+
+def test_a_host_in_the_leaf_uses_the_delegated_cgroup(tmp_path: Path) -> None:
+    """A host started from a host that moved into the leaf (``sandbox-host``) of its
+    delegated cgroup finds itself in that leaf: it uses the delegated cgroup above it
+    (the runs beside it, in ``sandbox-runtime``), not the leaf."""
+    top = fake_cgroup(tmp_path / "system.slice" / "app.service")
+    fake_cgroup(top / "sandbox-host")
+    mark(top, "user.delegate", "1")
+    found = probe(v2_mountinfo(tmp_path), "0::/system.slice/app.service/sandbox-host\n", euid=0)
+    assert isinstance(found, CgroupV2)
+    assert found.delegation is not None
+    assert found.delegation.cgroup == top
+    assert found.delegation.how.endswith("the host is in its leaf already")
+    assert found.parent == top / "sandbox-runtime"
+    # A leaf of an undelegated cgroup is only a cgroup of that name.
+    mark(top, "user.delegate", "0")
+    found = probe(v2_mountinfo(tmp_path), "0::/system.slice/app.service/sandbox-host\n", euid=0)
+    assert isinstance(found, CgroupV2)
+    assert found.parent == top / "sandbox-host" / "sandbox-runtime"
 
 
 def test_probe_says_why_there_are_no_cgroups() -> None:
