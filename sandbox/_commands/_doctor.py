@@ -14,10 +14,14 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from ._options import EXIT_OK
+
+if TYPE_CHECKING:
+    from .._children import Hierarchy
 
 __all__ = ["doctor"]
 
@@ -60,28 +64,76 @@ def user_namespace_remedy() -> str:
     )
 
 
+#: How to have a cgroup delegated to the host on the unified hierarchy (cgroup v2).
+_DELEGATE = (
+    "run the host in a systemd unit that delegates its cgroup (`systemd-run --scope -p "
+    "Delegate=yes .venv/bin/sandbox ...`, with --user for an ordinary user, or "
+    "`Delegate=yes` in the service that runs it): systemd 251 and later mark such a cgroup "
+    "(trusted.delegate, user.delegate) and the host finds it; with an older systemd, or a "
+    "cgroup delegated some other way, name it in SANDBOX_CGROUP. The host then moves its "
+    "processes into sandbox-host below it and makes the runs' cgroups beside that"
+)
+
+
+def _v2_remedy(h: Hierarchy, cgroups: dict[str, str | None]) -> str | None:
+    """How to give the runs what they lack on this cgroup v2 host (None: not v2)."""
+    from .._children import CgroupV2
+
+    if not isinstance(h, CgroupV2) or h.delegation is None:
+        return None
+    given = h.delegation
+    top = given.cgroup
+    if cgroups.get("freezer") is not None:
+        return f"the runs' cgroups cannot be made under {h.parent} ({cgroups['freezer']}); " + (
+            "check what is in the way there" if given.delegated else _DELEGATE
+        )
+    lacking = [c for c in ("memory", "pids") if cgroups.get(c) is not None]
+    if given.delegated:
+        if h.moved is None:
+            return (
+                f"the host could not move the processes of {top} into {top}/sandbox-host "
+                "(the reason is above): stop what keeps them there, or move them yourself "
+                f"(for p in $(cat {top}/cgroup.procs); do echo $p > "
+                f"{top}/sandbox-host/cgroup.procs; done), then start the host again"
+            )
+        return (
+            f"{top} is delegated to the host, but its parent gives it no "
+            f"{' or '.join(lacking)} controller (it is not in {top}/cgroup.controllers): "
+            f"with systemd, delegate them to the unit (`Delegate={' '.join(lacking)}`, or "
+            "`Delegate=yes`; for an ordinary user's manager, a drop-in "
+            "/etc/systemd/system/user@.service.d/delegate.conf with `[Service]` and "
+            f"`Delegate=cpu {' '.join(lacking)}`, then `systemctl daemon-reload` and a new "
+            "login); for a container, enable them in its cgroup's parent"
+        )
+    if given.how.startswith("the machine's root cgroup"):
+        return (
+            f"the machine's root cgroup does not offer {' or '.join(lacking)} "
+            "(/sys/fs/cgroup/cgroup.controllers): a cgroup v1 hierarchy holds them, or they "
+            "are disabled; boot with the unified hierarchy alone (systemd.unified_cgroup_"
+            f"hierarchy=1, or cgroup_no_v1={','.join(lacking)}) and without cgroup_disable="
+        )
+    return (
+        f"the host's own cgroup ({top}) holds the host, and the kernel gives no controller "
+        "to cgroups below one that holds processes; it is not delegated to the host "
+        f"({given.how}), so the host moves nothing out of it. Give the host a delegated "
+        f"cgroup: {_DELEGATE}. If {top} is in fact delegated to the host, say so: "
+        f"SANDBOX_CGROUP={top}"
+    )
+
+
 def _cgroup_remedy() -> str:
-    """How to give this host per-run cgroups (root or not, cgroup v1 or v2)."""
+    """How to give this host per-run cgroups (root or not, cgroup v1 or v2), where the
+    hierarchy itself says nothing more precise."""
     unified = (_CGROUP / "cgroup.controllers").exists()
     if os.geteuid() == 0:
         if unified:
-            return (
-                "on the unified hierarchy (cgroup v2), the kernel gives the runs the memory "
-                "and pids controllers only below a cgroup that holds no process of its own, "
-                "and the runs' cgroups are made in the host's own, which holds the host: "
-                "start the host in the root cgroup, where the kernel makes an exception"
-            )
+            return f"on the unified hierarchy (cgroup v2), {_DELEGATE}"
         return (
             f"mount the cgroup v1 pids, freezer and memory hierarchies under {_CGROUP}, or "
             "boot with the unified hierarchy (systemd.unified_cgroup_hierarchy=1)"
         )
     if unified:
-        return (
-            "an ordinary user makes cgroups only in a subtree delegated to it: run the host "
-            "in a systemd scope that delegates its cgroup (`systemd-run --user --scope -p "
-            "Delegate=yes .venv/bin/sandbox ...`), or give the service that runs it "
-            "`Delegate=yes`"
-        )
+        return f"an ordinary user makes cgroups only in a subtree delegated to it: {_DELEGATE}"
     controllers = "pids freezer memory cpu cpuacct"
     return (
         "cgroup v1 is not delegated to ordinary users: as root, make this user a cgroup of "
@@ -100,8 +152,10 @@ def remedies(
     seccomp: str | None,
     cgroups: dict[str, str | None],
     own_uid: str | None,
+    hierarchy: Hierarchy | None = None,
 ) -> dict[str, str]:
-    """For each thing this host lacks, how to get it (nothing: it lacks nothing)."""
+    """For each thing this host lacks, how to get it (nothing: it lacks nothing); for the
+    cgroups, from what ``hierarchy`` (this host's) found where it says."""
     how: dict[str, str] = {}
     if namespaces.get("user") is not None:
         how["user namespace"] = user_namespace_remedy()
@@ -122,9 +176,10 @@ def remedies(
             "that allows seccomp(2)"
         )
     if any(why is not None for why in cgroups.values()):
+        remedy = None if hierarchy is None else _v2_remedy(hierarchy, cgroups)
         how["cgroups"] = (
-            f"{_cgroup_remedy()}. Without them, memory is limited per process, not per run "
-            "(see each level's substitutes)"
+            f"{remedy or _cgroup_remedy()}. Without them, memory is limited per process, not "
+            "per run (see each level's substitutes)"
         )
     if own_uid is not None:
         how["a host uid of its own per run"] = (
@@ -156,15 +211,34 @@ def doctor(as_json: bool) -> int:
     from runner import probe_walls
 
     from .._children import cgroup_support, hierarchy, uid_usable
+    from .._children._cgroups import CGROUP_ENV, CONTROLLERS, CgroupSettingError
     from .._engine import Level, cgroups_usable, confinement_gaps, substitutes, unenforceable
 
     walls = probe_walls()
     namespaces = walls.namespaces
-    cgroups = dict(cgroup_support())
+    # A bad SANDBOX_CGROUP fails every run that needs the host's cgroups: said, not raised.
+    h: Hierarchy | None
+    try:
+        h = hierarchy()
+        cgroups = dict(cgroup_support())
+        setting_error = None
+    except CgroupSettingError as exc:
+        h, setting_error = None, str(exc)
+        cgroups = dict.fromkeys(CONTROLLERS, setting_error)
     # Who a confined program is on the host: a uid of its own (None), or why not.
     own_uid = uid_usable()
-    how = remedies(namespaces, walls.landlock_abi, walls.seccomp, cgroups, own_uid)
-    cgroups_ok = cgroups_usable()
+    how = remedies(namespaces, walls.landlock_abi, walls.seccomp, cgroups, own_uid, h)
+    if setting_error is not None:
+        how["cgroups"] = f"fix {CGROUP_ENV}, or unset it: {setting_error}"
+    cgroups_ok = setting_error is None and cgroups_usable()
+    runs = h.describe() if h is not None else f"none: {setting_error}"
+
+    def level_gaps(level: Level) -> tuple[dict[str, str], dict[str, str]]:
+        """What ``level`` refuses here, and what it enforces by a substitute."""
+        if setting_error is not None and level is not Level.IN_PROCESS:
+            return {"every run": f"fails until {CGROUP_ENV} is fixed: {setting_error}"}, {}
+        return unenforceable(level), substitutes(level)
+
     if as_json:
         # Each probe is `true` where it is available, else the reason it is not (a string).
         def available(reasons: dict[str, str | None]) -> dict[str, str | bool]:
@@ -176,12 +250,16 @@ def doctor(as_json: bool) -> int:
             "landlock_abi": walls.landlock_abi,
             "seccomp": True if walls.seccomp is None else walls.seccomp,
             "cgroups": available(cgroups),
-            "cgroup_hierarchy": {"version": hierarchy().version, "runs": hierarchy().describe()},
+            "cgroup_hierarchy": {
+                "version": None if h is None else h.version,
+                "runs": runs,
+                **({} if h is None else h.details()),
+            },
             "levels": {
                 level.value: {
                     "available": not confinement_gaps() if level is Level.CONFINED else True,
-                    "unenforceable": unenforceable(level),
-                    "substitutes": substitutes(level),
+                    "unenforceable": level_gaps(level)[0],
+                    "substitutes": level_gaps(level)[1],
                     **(
                         {
                             "missing_walls": confinement_gaps(),
@@ -207,12 +285,11 @@ def doctor(as_json: bool) -> int:
     abi = walls.landlock_abi
     print(f"landlock:   {'ABI ' + str(abi) if abi else 'no'}")
     print(f"seccomp:    {yes(walls.seccomp)}")
-    print(f"cgroups:    {hierarchy().describe()}")
-    for name, reason in cgroups.items():
+    print(f"cgroups:    {runs}")
+    for name, reason in cgroups.items() if setting_error is None else ():
         print(f"  {name:8} {yes(reason)}")
     for level in Level:
-        gaps = unenforceable(level)
-        weaker = substitutes(level)
+        gaps, weaker = level_gaps(level)
         print(f"level {level.value}:")
         if level is Level.CONFINED:
             missing = confinement_gaps()

@@ -7,11 +7,22 @@ and runners it starts) sees is a cgroup v2 host. The test process's own mounts a
 touched. Usage: ``python -m tests.sandbox.cgroup2_host SCENARIO LEVEL BACKEND``; the last
 line of stdout is a JSON object of what the scenario found (``skip``: why it could not run
 here), for the test to assert on.
+
+Where the host stands in the hierarchy is the test's to choose (:data:`PLACE_ENV`): in
+the root cgroup (the default: every process of a machine whose controllers are all bound
+to v1 is there), or in a cgroup of the test's own below it, which ``place`` (run as root
+in the same mount namespace, before the host starts) makes and moves the starting shell
+into: marked delegated by systemd's ``trusted.delegate`` (``marked``), named by
+``SANDBOX_CGROUP`` (``env``), given to an ordinary user by ownership (``owned``), or
+nothing of the kind (``plain``). ``remove`` kills what is left in it and removes it;
+``controller`` enables or disables a controller in the root cgroup's
+``cgroup.subtree_control``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import inspect
 import json
 import os
@@ -75,6 +86,48 @@ for _ in range(3):
             pass
 os.wait()
 """
+
+
+#: Where the host stands (``MODE:NAME[:UID]``: see the module docstring; unset: in the
+#: root cgroup).
+PLACE_ENV = "SANDBOX_TEST_PLACE"
+#: The pid of a process that started in the host's cgroup beside it (a ``sleep``).
+COMPANION_ENV = "SANDBOX_TEST_COMPANION"
+MOUNT = Path("/sys/fs/cgroup")
+
+
+def _placed() -> tuple[str, Path] | None:
+    """The host's placement: its mode and the test's cgroup (None: the root cgroup)."""
+    spec = os.environ.get(PLACE_ENV)
+    if not spec:
+        return None
+    mode, name, *_ = spec.split(":")
+    return mode, MOUNT / name
+
+
+def _cgroup_of(pid: int | str) -> str | None:
+    """The v2 cgroup path of ``pid`` (from ``/proc/PID/cgroup``)."""
+    text = _read_text(Path(f"/proc/{pid}/cgroup"))
+    for line in (text or "").splitlines():
+        if line.startswith("0::"):
+            return line[3:]
+    return None
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except OSError:
+        return None
+
+
+def _procs(path: Path) -> list[int]:
+    return sorted(int(x) for x in (_read_text(path / "cgroup.procs") or "").split())
+
+
+def _runs_path() -> str:
+    """The runs' parent as a path of the hierarchy (as ``/proc/PID/cgroup`` shows it)."""
+    return "/" + str(_parent().relative_to(MOUNT)).removeprefix(".")
 
 
 def _parent() -> Path:
@@ -168,6 +221,7 @@ async def no_survivors(level: Level) -> Found:
         "cleared": cleared,
         "left": _existing(members),
         "cgroups_left": [str(p) for p in _run_cgroups()],
+        "runs_path": _runs_path(),
     }
 
 
@@ -288,7 +342,81 @@ async def pids_limit(level: Level) -> Found:
     return {"kind": result.kind, "cause": result.cause}
 
 
+def _try_controller(path: Path, change: str) -> str | None:
+    """Write ``change`` (``+hugetlb``) to ``path``'s ``cgroup.subtree_control``: None if
+    taken, else the errno's name."""
+    try:
+        (path / "cgroup.subtree_control").write_text(change)
+    except OSError as exc:
+        return errno.errorcode.get(exc.errno or 0, str(exc))
+    return None
+
+
+def placement(level: Level) -> Found:
+    """Where the host stands before and after it probes its hierarchy (which moves it
+    when its cgroup is delegated), where a run's cgroup is made, whether a controller
+    the delegated cgroup is offered can then be enabled in it (``hugetlb`` stands for
+    any: the kernel's rule is the same for all), and what ``doctor`` says (started from
+    the host, so from where the host now is)."""
+    placed = _placed()
+    assert placed is not None
+    _mode, top = placed
+    companion = os.environ[COMPANION_ENV]
+    probe_controller = "hugetlb"
+    offered = (_read_text(top / "cgroup.controllers") or "").split()
+    found: Found = {
+        "pid": os.getpid(),
+        "companion": int(companion),
+        "before": {"host": _cgroup_of("self"), "companion": _cgroup_of(companion)},
+        "procs_before": _procs(top),
+        "offered": offered,
+    }
+    if probe_controller in offered:
+        found["enable_before"] = _try_controller(top, f"+{probe_controller}")
+        if found["enable_before"] is None:
+            _try_controller(top, f"-{probe_controller}")
+    h = hierarchy()
+    assert isinstance(h, CgroupV2)
+    found["support"] = cgroup_support()
+    found["describe"] = h.describe()
+    found["details"] = h.details()
+    found["after"] = {"host": _cgroup_of("self"), "companion": _cgroup_of(companion)}
+    found["procs_after"] = _procs(top)
+    found["leaf_procs"] = _procs(top / "sandbox-host")
+    found["subtree_control"] = (_read_text(top / "cgroup.subtree_control") or "").split()
+    if probe_controller in offered:
+        found["enable_after"] = _try_controller(top, f"+{probe_controller}")
+        if found["enable_after"] is None:
+            _try_controller(top, f"-{probe_controller}")
+    cgroups = CgroupSet.create(
+        f"{CGROUP_PREFIX}{os.getpid()}-{uuid.uuid4().hex}", memory=None, pids=None
+    )
+    try:
+        found["run_cgroup"] = str(cgroups.dirs["unified"])
+    finally:
+        cgroups.remove()
+    found["runs_path"] = _runs_path()
+    doctor = subprocess.run(
+        [sys.executable, "-m", "sandbox", "doctor", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    found["doctor"] = json.loads(doctor.stdout) if doctor.returncode == 0 else doctor.stderr
+    text = subprocess.run(
+        [sys.executable, "-m", "sandbox", "doctor"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    found["doctor_text"] = text.stdout + text.stderr
+    return found
+
+
 SCENARIOS: dict[str, Callable[[Level], Any]] = {
+    "placement": placement,
     "probe": probe,
     "no_survivors": no_survivors,
     "freeze_and_kill": freeze_and_kill,
@@ -298,7 +426,56 @@ SCENARIOS: dict[str, Callable[[Level], Any]] = {
 }
 
 
+def place(shell: int) -> None:
+    """As root, before the host starts: make the test's cgroup, mark or give it as the
+    placement says, and move ``shell`` (the process that then starts the host) into it."""
+    placed = _placed()
+    assert placed is not None
+    mode, top = placed
+    top.mkdir()
+    if mode == "marked":
+        os.setxattr(top, "trusted.delegate", b"1")
+    elif mode == "owned":
+        uid = int(os.environ[PLACE_ENV].split(":")[2])
+        for path in (top, *(top / n for n in ("cgroup.procs", "cgroup.subtree_control"))):
+            os.chown(path, uid, uid)
+        os.chown(top / "cgroup.threads", uid, uid)
+    else:
+        assert mode in ("env", "plain"), mode
+    (top / "cgroup.procs").write_text(str(shell))
+
+
+def remove(name: str) -> None:
+    """Kill whatever is left in the test's cgroup ``name`` and remove it, deepest first."""
+    top = MOUNT / name
+    if not top.is_dir():
+        return
+    with contextlib.suppress(OSError):
+        (top / "cgroup.kill").write_text("1")
+    _wait(lambda: "populated 0" in (_read_text(top / "cgroup.events") or ""), 10)
+    below = [p for p in top.rglob("*") if p.is_dir()]
+    for path in sorted(below, key=lambda p: len(p.parts), reverse=True):
+        with contextlib.suppress(OSError):
+            path.rmdir()
+    top.rmdir()
+
+
+def controller(change: str) -> None:
+    """Write ``change`` (``+hugetlb``, ``-hugetlb``) to the root's subtree_control, and
+    print whether it was taken (``taken``, else the errno's name)."""
+    sys.stdout.write((_try_controller(MOUNT, change) or "taken") + "\n")
+
+
 def main() -> None:
+    if sys.argv[1] == "place":
+        place(int(sys.argv[2]))
+        return
+    if sys.argv[1] == "remove":
+        remove(sys.argv[2])
+        return
+    if sys.argv[1] == "controller":
+        controller(sys.argv[2])
+        return
     name, level, backend = sys.argv[1], Level(sys.argv[2]), sys.argv[3]
     scenario = SCENARIOS[name]
     if hierarchy().version != 2:

@@ -19,10 +19,15 @@ from __future__ import annotations
 import functools
 import json
 import os
+import pwd
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -61,20 +66,75 @@ needs_mount = pytest.mark.skipif(
 )
 
 
-def on_cgroup2(scenario: str, level: Level, backend: str = "asyncio") -> dict[str, Any]:
-    """Run ``scenario`` in a host that sees a cgroup v2 system; what it found."""
+HOST = "tests.sandbox.cgroup2_host"
+#: In the new mount namespace, a host placed in a cgroup of the test's own: the cgroup
+#: made (``place``, as root) with the starting shell in it, a companion process started
+#: there beside the host, then the host (as ``$SANDBOX_TEST_AS``, where it is set).
+PLACE_V2 = (
+    "umount -R /sys/fs/cgroup 2>/dev/null; mount -t cgroup2 none /sys/fs/cgroup || exit 1; "
+    '"$0" -m tests.sandbox.cgroup2_host place $$ || exit 1; '
+    "$SANDBOX_TEST_AS sleep 600 </dev/null >/dev/null 2>&1 & "
+    "export SANDBOX_TEST_COMPANION=$!; "
+    'exec $SANDBOX_TEST_AS "$0" -m tests.sandbox.cgroup2_host "$@"'
+)
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a host stands: in ``/sys/fs/cgroup/<name>``, made for the test, which is
+    marked delegated (``marked``), named by ``SANDBOX_CGROUP`` (``env``), owned by an
+    ordinary user who runs the host (``owned``), or none of these (``plain``)."""
+
+    mode: str
+    name: str
+    home: Path | None = None  # the ordinary user's TMPDIR and HOME (``owned``)
+
+    @property
+    def path(self) -> str:
+        """The cgroup's path in the hierarchy."""
+        return f"/{self.name}"
+
+
+def _mounted(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """``python -m tests.sandbox.cgroup2_host ARGV`` as root, where the unified
+    hierarchy is mounted at ``/sys/fs/cgroup``."""
+    return subprocess.run(
+        ["unshare", "--mount", "sh", "-c", MOUNT_V2, "sh", sys.executable, "-m", HOST, *argv],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        check=False,
+    )
+
+
+def on_cgroup2(
+    scenario: str, level: Level, backend: str = "asyncio", place: Place | None = None
+) -> dict[str, Any]:
+    """Run ``scenario`` in a host that sees a cgroup v2 system (in the root cgroup, or
+    where ``place`` says); what it found."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    script = MOUNT_V2
+    if place is not None:
+        script = PLACE_V2
+        env["SANDBOX_TEST_PLACE"] = f"{place.mode}:{place.name}:{ORDINARY[0]}"
+        if place.mode == "env":
+            env["SANDBOX_CGROUP"] = f"/sys/fs/cgroup/{place.name}"
+        if place.mode == "owned":
+            uid, gid = ORDINARY
+            env["SANDBOX_TEST_AS"] = f"setpriv --reuid={uid} --regid={gid} --clear-groups"
+            assert place.home is not None
+            env.update(HOME=str(place.home), TMPDIR=str(place.home))
     done = subprocess.run(
         [
             "unshare",
             "--mount",
             "sh",
             "-c",
-            MOUNT_V2,
-            "sh",
+            script,
             sys.executable,
-            "-m",
-            "tests.sandbox.cgroup2_host",
+            *([] if place is not None else [sys.executable, "-m", "tests.sandbox.cgroup2_host"]),
             scenario,
             level.value,
             backend,
@@ -94,6 +154,40 @@ def on_cgroup2(scenario: str, level: Level, backend: str = "asyncio") -> dict[st
     if "skip" in found:
         pytest.skip(found["skip"])
     return found
+
+
+#: The ordinary user an ``owned`` placement's host runs as (uid, gid).
+ORDINARY = (pwd.getpwnam("nobody").pw_uid, pwd.getpwnam("nobody").pw_gid)
+
+
+@pytest.fixture
+def test_cgroup(tmp_path: Path) -> Iterator[str]:
+    """The name of a cgroup of the test's own, below the root cgroup: whatever is left
+    in it afterwards, failure or not, is killed, and it is removed."""
+    name = f"sandbox-test-{uuid.uuid4().hex[:12]}"
+    yield name
+    done = _mounted("remove", name)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.fixture(scope="module")
+def hugetlb() -> Iterator[None]:
+    """``hugetlb`` enabled in the root cgroup's ``cgroup.subtree_control`` (where the
+    mount offers it and it is not already), so that the tests' own cgroups are offered a
+    controller to try enabling; disabled again afterwards."""
+    enabled = _mounted("controller", "+hugetlb").stdout.strip() == "taken"
+    yield
+    if enabled:
+        _mounted("controller", "-hugetlb")
+
+
+@pytest.fixture
+def home() -> Iterator[Path]:
+    """A home the ordinary user owns (its TMPDIR and HOME, for an ``owned`` host)."""
+    path = Path(tempfile.mkdtemp(prefix="sandbox-cgroup2-"))
+    os.chown(path, *ORDINARY)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def _backend(anyio_backend: Any) -> str:
@@ -328,10 +422,17 @@ def test_v2_no_survivors(level: Level, anyio_backend: Any) -> None:
     can execute program code; once its remains are cleared, none is left, nor the
     cgroup."""
     found = on_cgroup2("no_survivors", level, _backend(anyio_backend))
+    assert found["runs_path"] == "/sandbox-runtime"
+    no_survivor_found(found)
+
+
+def no_survivor_found(found: dict[str, Any]) -> None:
+    """What :func:`test_v2_no_survivors` asserts of the ``no_survivors`` scenario."""
     assert (found["kind"], found["cause"]) == ("limit", "wall_clock")
     assert found["members"] >= 4  # the runner, the spinner, the sleeper, the orphan
     assert found["own_cgroups"], found
-    assert all("0::/sandbox-runtime/run-" in text for text in found["own_cgroups"])
+    runs = f"0::{found['runs_path']}/run-"
+    assert all(runs in text for text in found["own_cgroups"]), found["own_cgroups"]
     assert found["running_after_return"] == []
     assert found["cleared"]
     assert found["left"] == []
@@ -415,3 +516,110 @@ def test_v2_controller_files(tmp_path: Path) -> None:
     assert h.memory_peak(dirs) == 12345678
     (run / "cpu.stat").write_text("usage_usec 1500000\nuser_usec 1000000\nsystem_usec 500000\n")
     assert h.cpu_time(dirs) == 1.5
+
+
+# -- a host given a delegated cgroup, on a real cgroup2 mount -----------------------------
+
+
+def moved_found(found: dict[str, Any], place: Place, how: str) -> None:
+    """What a host whose cgroup is delegated did: it (and the companion that started
+    beside it) moved into the leaf ``sandbox-host``, nothing is left in the delegated
+    cgroup, a run's cgroup is made in ``sandbox-runtime`` beside the leaf, ``doctor``
+    (started from the leaf) names the same cgroup as delegated, and a controller the
+    cgroup is offered, refused while it held processes, is now taken."""
+    top = f"/sys/fs/cgroup/{place.name}"
+    assert found["before"] == {"host": place.path, "companion": place.path}
+    assert sorted(found["procs_before"]) == sorted([found["pid"], found["companion"]])
+    leaf = f"{place.path}/sandbox-host"
+    assert found["after"] == {"host": leaf, "companion": leaf}
+    assert found["procs_after"] == []
+    assert found["leaf_procs"] == sorted([found["pid"], found["companion"]])
+    details = found["details"]
+    assert details["delegated"] is True
+    assert details["cgroup"] == top
+    assert how in details["decided_by"]
+    assert details["host_moved"] == (
+        f"moved 2 process(es) of {top} into {top}/sandbox-host (the host among them)"
+    )
+    assert found["support"]["freezer"] is None
+    assert found["runs_path"] == f"{place.path}/sandbox-runtime"
+    assert found["run_cgroup"].startswith(f"{top}/sandbox-runtime/run-")
+    doctor = found["doctor"]["cgroup_hierarchy"]
+    assert doctor["delegated"] is True, doctor
+    assert doctor["cgroup"] == top
+    assert doctor["runs_under"] == f"{top}/sandbox-runtime"
+    assert f"{top} is delegated to the host" in found["doctor_text"]
+    if "hugetlb" in found["offered"]:
+        assert found["enable_before"] == "EBUSY"
+        assert found["enable_after"] is None
+
+
+@needs_mount
+@pytest.mark.usefixtures("hugetlb")
+@pytest.mark.parametrize(
+    ("mode", "how"),
+    [
+        ("marked", "systemd marks it delegated (trusted.delegate=1)"),
+        ("env", "SANDBOX_CGROUP names it"),
+        ("owned", "owned by uid"),
+    ],
+)
+def test_v2_delegated_host_moves_into_a_leaf(
+    mode: str, how: str, test_cgroup: str, home: Path
+) -> None:
+    """A host in a cgroup delegated to it (marked by systemd's ``trusted.delegate``,
+    named by ``SANDBOX_CGROUP``, or owned by the ordinary user who runs the host while
+    its parent is not) moves every process of it into ``sandbox-host`` and makes the
+    runs' cgroups in ``sandbox-runtime`` beside it."""
+    place = Place(mode, test_cgroup, home)
+    moved_found(on_cgroup2("placement", Level.PROCESS, place=place), place, how)
+
+
+@needs_mount
+@pytest.mark.usefixtures("hugetlb")
+def test_v2_undelegated_host_stays(test_cgroup: str, home: Path) -> None:
+    """A root host in a cgroup that is not delegated to it (no marker, no setting; root
+    can write it, which says nothing) moves nothing: it stays, the runs' cgroups are
+    made in its own cgroup, and a controller stays refused there while it holds the
+    host (the kernel's rule), which ``doctor`` explains with the fix."""
+    place = Place("plain", test_cgroup, home)
+    found = on_cgroup2("placement", Level.PROCESS, place=place)
+    assert found["after"] == found["before"] == {"host": place.path, "companion": place.path}
+    assert found["leaf_procs"] == []
+    details = found["details"]
+    assert details["delegated"] is False
+    assert "no sign of delegation" in details["decided_by"]
+    assert details["host_moved"] is None
+    assert found["runs_path"] == f"{place.path}/sandbox-runtime"
+    assert found["doctor"]["cgroup_hierarchy"]["delegated"] is False
+    assert "SANDBOX_CGROUP" in found["doctor_text"]
+    if "hugetlb" in found["offered"]:
+        assert found["enable_before"] == found["enable_after"] == "EBUSY"
+
+
+@needs_mount
+@pytest.mark.parametrize("level", child_levels())
+@pytest.mark.parametrize("mode", ["marked", "owned"])
+def test_v2_delegated_no_survivors(
+    level: Level, mode: str, anyio_backend: Any, test_cgroup: str, home: Path
+) -> None:
+    """A host moved into the leaf of its delegated cgroup (root, or an ordinary user):
+    a run of several processes is in its cgroup under ``sandbox-runtime`` of the
+    delegated cgroup, and none survives its end."""
+    place = Place(mode, test_cgroup, home)
+    found = on_cgroup2("no_survivors", level, _backend(anyio_backend), place=place)
+    assert found["runs_path"] == f"{place.path}/sandbox-runtime"
+    no_survivor_found(found)
+
+
+@needs_mount
+def test_v2_delegated_freeze_and_kill(test_cgroup: str, home: Path) -> None:
+    """Freezing, killing sparing one, and ``cgroup.kill`` work as in the root cgroup for
+    a host moved into the leaf of its delegated cgroup."""
+    found = on_cgroup2("freeze_and_kill", Level.PROCESS, place=Place("marked", test_cgroup, home))
+    for key in ("joined", "ran", "frozen", "resumed", "only_spare_left", "spare_alive"):
+        assert found[key], key
+    assert found["cpu_while_frozen"] < 0.02
+    assert found["spare_killed"]
+    assert found["empty"]
+    assert found["removed"]
