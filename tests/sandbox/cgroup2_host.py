@@ -48,6 +48,8 @@ from sandbox._children import (
     hierarchy,
     shutdown,
 )
+from sandbox._children._cgroups import CgroupSettingError
+from sandbox._children._cgroups import probe as probe_hierarchy
 from tests.sandbox.conftest import cannot_run_program_code
 
 Found = dict[str, Any]
@@ -415,7 +417,28 @@ def placement(level: Level) -> Found:
     return found
 
 
+def settings(level: Level) -> Found:
+    """What ``SANDBOX_CGROUP`` naming each cgroup of a ``nested`` placement gives this
+    host (an ordinary user in ``home``): the runs' parent, or the error."""
+    placed = _placed()
+    assert placed is not None
+    top = placed[1]
+    mountinfo = Path("/proc/self/mountinfo").read_text()
+    proc_cgroup = Path("/proc/self/cgroup").read_text()
+    found: Found = {"euid": os.geteuid()}
+    for name in ("home", "other", "locked"):
+        try:
+            h = probe_hierarchy(mountinfo, proc_cgroup, setting=str(top / name))
+        except CgroupSettingError as exc:
+            found[name] = {"error": str(exc)}
+        else:
+            assert isinstance(h, CgroupV2)
+            found[name] = {"runs_under": str(h.parent)}
+    return found
+
+
 SCENARIOS: dict[str, Callable[[Level], Any]] = {
+    "settings": settings,
     "placement": placement,
     "probe": probe,
     "no_survivors": no_survivors,
@@ -433,6 +456,18 @@ def place(shell: int) -> None:
     assert placed is not None
     mode, top = placed
     top.mkdir()
+    if mode == "nested":
+        # The host's own cgroup and a sibling given to the user, one the user is not
+        # given, all below a cgroup of root's.
+        uid = int(os.environ[PLACE_ENV].split(":")[2])
+        for name in ("home", "other", "locked"):
+            (top / name).mkdir()
+            if name != "locked":
+                for path in (top / name, *((top / name / n) for n in ("cgroup.procs",))):
+                    os.chown(path, uid, uid)
+                os.chown(top / name / "cgroup.subtree_control", uid, uid)
+        (top / "home" / "cgroup.procs").write_text(str(shell))
+        return
     if mode == "marked":
         os.setxattr(top, "trusted.delegate", b"1")
     elif mode == "owned":

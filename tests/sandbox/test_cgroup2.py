@@ -121,7 +121,7 @@ def on_cgroup2(
         env["SANDBOX_TEST_PLACE"] = f"{place.mode}:{place.name}:{ORDINARY[0]}"
         if place.mode == "env":
             env["SANDBOX_CGROUP"] = f"/sys/fs/cgroup/{place.name}"
-        if place.mode == "owned":
+        if place.mode in ("owned", "nested"):
             uid, gid = ORDINARY
             env["SANDBOX_TEST_AS"] = f"setpriv --reuid={uid} --regid={gid} --clear-groups"
             assert place.home is not None
@@ -285,6 +285,43 @@ def test_probe_refuses_a_bad_setting(tmp_path: Path) -> None:
             probe(mountinfo, "0::/\n", setting=setting, euid=0)
         assert str(raised.value).startswith(f"SANDBOX_CGROUP={setting!r}: ")
         assert isinstance(raised.value, SandboxError)
+
+
+def test_a_bad_setting_fails_runs_and_doctor_says_why(tmp_path: Path) -> None:
+    """The host reads ``SANDBOX_CGROUP`` from its environment: a bad value fails each run
+    that needs the host's cgroups with the typed error (a :class:`SandboxError`, never a
+    fallback to no cgroups), while ``in_process`` runs on; ``doctor`` reports it with the
+    fix, and exits 0."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "SANDBOX_CGROUP": str(tmp_path)}
+    code = (
+        "import sandbox\n"
+        "try:\n"
+        "    sandbox.run_sync('1', level='process')\n"
+        "except sandbox.SandboxError as exc:\n"
+        "    print(type(exc).__name__, exc)\n"
+        "print(sandbox.run_sync('6 * 7', level='in_process').value)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    refused, value = done.stdout.strip().splitlines()
+    assert refused.startswith(f"CgroupSettingError SANDBOX_CGROUP={str(tmp_path)!r}: not a ")
+    assert value == "42"
+    doctor = subprocess.run(
+        [sys.executable, "-m", "sandbox", "doctor", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert doctor.returncode == 0, doctor.stderr
+    report = json.loads(doctor.stdout)
+    assert report["cgroup_hierarchy"]["version"] is None
+    assert "SANDBOX_CGROUP=" in report["cgroup_hierarchy"]["runs"]
+    assert report["missing"]["cgroups"].startswith("fix SANDBOX_CGROUP, or unset it: ")
+    assert "every run" in report["levels"]["process"]["unenforceable"]
+    assert report["levels"]["in_process"]["unenforceable"]
 
 
 def test_delegated_by_systemds_marker(tmp_path: Path) -> None:
@@ -470,20 +507,26 @@ def test_v2_cpu_limit_counts_every_process(level: Level, anyio_backend: Any) -> 
 
 @needs_mount
 @pytest.mark.parametrize("level", child_levels())
-def test_v2_memory_limit(level: Level) -> None:
+@pytest.mark.parametrize("mode", ["root", "marked"])
+def test_v2_memory_limit(level: Level, mode: str, test_cgroup: str, home: Path) -> None:
     """``memory.max`` stops a program that allocates past ``max_memory``;
-    ``memory.events`` makes it kind limit, cause memory; ``memory.peak`` measured it."""
-    found = on_cgroup2("memory_limit", level)
+    ``memory.events`` makes it kind limit, cause memory; ``memory.peak`` measured it. The
+    same for a host in the root cgroup and one moved into its delegated cgroup's leaf."""
+    place = None if mode == "root" else Place(mode, test_cgroup, home)
+    found = on_cgroup2("memory_limit", level, place=place)
     assert (found["kind"], found["cause"]) == ("limit", "memory")
     assert 0 < found["peak"] <= found["limit"]
 
 
 @needs_mount
 @pytest.mark.parametrize("level", child_levels())
-def test_v2_pids_limit(level: Level) -> None:
+@pytest.mark.parametrize("mode", ["root", "marked"])
+def test_v2_pids_limit(level: Level, mode: str, test_cgroup: str, home: Path) -> None:
     """``pids.max`` refuses forks past ``max_processes``; ``pids.events`` makes it kind
-    limit, cause processes."""
-    found = on_cgroup2("pids_limit", level)
+    limit, cause processes. The same for a host in the root cgroup and one moved into
+    its delegated cgroup's leaf."""
+    place = None if mode == "root" else Place(mode, test_cgroup, home)
+    found = on_cgroup2("pids_limit", level, place=place)
     assert (found["kind"], found["cause"]) == ("limit", "processes")
 
 
@@ -552,6 +595,11 @@ def moved_found(found: dict[str, Any], place: Place, how: str) -> None:
     if "hugetlb" in found["offered"]:
         assert found["enable_before"] == "EBUSY"
         assert found["enable_after"] is None
+    # Where the delegated cgroup is offered memory and pids, the runs now get them.
+    for controller in ("memory", "pids"):
+        if controller in found["offered"]:
+            assert found["support"][controller] is None
+            assert controller in found["subtree_control"]
 
 
 @needs_mount
@@ -610,6 +658,25 @@ def test_v2_delegated_no_survivors(
     found = on_cgroup2("no_survivors", level, _backend(anyio_backend), place=place)
     assert found["runs_path"] == f"{place.path}/sandbox-runtime"
     no_survivor_found(found)
+
+
+@needs_mount
+def test_v2_setting_checked_for_an_ordinary_user(test_cgroup: str, home: Path) -> None:
+    """For a host that is not root, ``SANDBOX_CGROUP`` names a cgroup it may write and
+    that holds its own: a cgroup given to its user but beside the host's (the common
+    ancestor is root's, so no process of the host could join a run's cgroup there) and a
+    cgroup of root's are refused, each saying why and what to do; its own is taken."""
+    found = on_cgroup2("settings", Level.PROCESS, place=Place("nested", test_cgroup, home))
+    assert found["euid"] == ORDINARY[0]
+    top = f"/sys/fs/cgroup/{test_cgroup}"
+    assert found["home"] == {"runs_under": f"{top}/home/sandbox-runtime"}
+    other = found["other"]["error"]
+    assert f"the host's own cgroup ({top}/home) is not inside it" in other
+    assert f"common ancestor ({top})" in other
+    assert f"echo $$ > {top}/other/cgroup.procs" in other
+    locked = found["locked"]["error"]
+    assert f"{top}/locked is not writable by uid {ORDINARY[0]}" in locked
+    assert "chown" in locked
 
 
 @needs_mount
