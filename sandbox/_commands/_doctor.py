@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from .._errors import SandboxError
 from ._options import EXIT_OK
 
 if TYPE_CHECKING:
@@ -211,7 +212,6 @@ def doctor(as_json: bool) -> int:
     from runner import probe_walls
 
     from .._children import cgroup_support, hierarchy, uid_usable
-    from .._children._cgroups import CGROUP_ENV, CONTROLLERS, CgroupSettingError
     from .._engine import Level, cgroups_usable, confinement_gaps, substitutes, unenforceable
 
     walls = probe_walls()
@@ -222,21 +222,21 @@ def doctor(as_json: bool) -> int:
         h = hierarchy()
         cgroups = dict(cgroup_support())
         setting_error = None
-    except CgroupSettingError as exc:
+    except SandboxError as exc:  # a CgroupSettingError, the one error a probe raises
         h, setting_error = None, str(exc)
-        cgroups = dict.fromkeys(CONTROLLERS, setting_error)
+        cgroups = dict.fromkeys(("pids", "freezer", "memory"), setting_error)
     # Who a confined program is on the host: a uid of its own (None), or why not.
     own_uid = uid_usable()
     how = remedies(namespaces, walls.landlock_abi, walls.seccomp, cgroups, own_uid, h)
     if setting_error is not None:
-        how["cgroups"] = f"fix {CGROUP_ENV}, or unset it: {setting_error}"
+        how["cgroups"] = setting_error  # what is wrong with it, and how to fix it
     cgroups_ok = setting_error is None and cgroups_usable()
     runs = h.describe() if h is not None else f"none: {setting_error}"
 
     def level_gaps(level: Level) -> tuple[dict[str, str], dict[str, str]]:
         """What ``level`` refuses here, and what it enforces by a substitute."""
         if setting_error is not None and level is not Level.IN_PROCESS:
-            return {"every run": f"fails until {CGROUP_ENV} is fixed: {setting_error}"}, {}
+            return {"every run": f"fails until the setting is fixed: {setting_error}"}, {}
         return unenforceable(level), substitutes(level)
 
     if as_json:

@@ -319,7 +319,7 @@ def test_a_bad_setting_fails_runs_and_doctor_says_why(tmp_path: Path) -> None:
     report = json.loads(doctor.stdout)
     assert report["cgroup_hierarchy"]["version"] is None
     assert "SANDBOX_CGROUP=" in report["cgroup_hierarchy"]["runs"]
-    assert report["missing"]["cgroups"].startswith("fix SANDBOX_CGROUP, or unset it: ")
+    assert report["missing"]["cgroups"].startswith(f"SANDBOX_CGROUP={str(tmp_path)!r}: not a ")
     assert "every run" in report["levels"]["process"]["unenforceable"]
     assert report["levels"]["in_process"]["unenforceable"]
 
