@@ -379,7 +379,9 @@ def placement(level: Level) -> Found:
             _try_controller(top, f"-{probe_controller}")
     h = hierarchy()
     assert isinstance(h, CgroupV2)
+    started = time.monotonic()
     found["support"] = cgroup_support()
+    found["probe_seconds"] = time.monotonic() - started
     found["describe"] = h.describe()
     found["details"] = h.details()
     found["after"] = {"host": _cgroup_of("self"), "companion": _cgroup_of(companion)}

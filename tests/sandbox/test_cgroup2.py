@@ -73,7 +73,7 @@ HOST = "tests.sandbox.cgroup2_host"
 PLACE_V2 = (
     "umount -R /sys/fs/cgroup 2>/dev/null; mount -t cgroup2 none /sys/fs/cgroup || exit 1; "
     '"$0" -m tests.sandbox.cgroup2_host place $$ || exit 1; '
-    "$SANDBOX_TEST_AS sleep 600 </dev/null >/dev/null 2>&1 & "
+    '$SANDBOX_TEST_AS sh -c "$SANDBOX_TEST_COMPANION_CMD" </dev/null >/dev/null 2>&1 & '
     "export SANDBOX_TEST_COMPANION=$!; "
     'exec $SANDBOX_TEST_AS "$0" -m tests.sandbox.cgroup2_host "$@"'
 )
@@ -88,6 +88,8 @@ class Place:
     mode: str
     name: str
     home: Path | None = None  # the ordinary user's TMPDIR and HOME (``owned``)
+    #: What the companion process beside the host runs (a shell command).
+    companion: str = "exec sleep 600"
 
     @property
     def path(self) -> str:
@@ -119,6 +121,7 @@ def on_cgroup2(
     if place is not None:
         script = PLACE_V2
         env["SANDBOX_TEST_PLACE"] = f"{place.mode}:{place.name}:{ORDINARY[0]}"
+        env["SANDBOX_TEST_COMPANION_CMD"] = place.companion
         if place.mode == "env":
             env["SANDBOX_CGROUP"] = f"/sys/fs/cgroup/{place.name}"
         if place.mode in ("owned", "nested"):
@@ -621,6 +624,23 @@ def test_v2_delegated_host_moves_into_a_leaf(
     runs' cgroups in ``sandbox-runtime`` beside it."""
     place = Place(mode, test_cgroup, home)
     moved_found(on_cgroup2("placement", Level.PROCESS, place=place), place, how)
+
+
+@needs_mount
+def test_v2_move_outlasts_a_forking_companion(test_cgroup: str, home: Path) -> None:
+    """Beside the host, a companion forks and reaps a subshell as fast as it can while
+    the host moves: a child forked before its parent moved lands in the delegated
+    cgroup, to be moved by a later pass or found gone. The move ends with the host and
+    the companion in the leaf and nothing left in the delegated cgroup."""
+    place = Place("marked", test_cgroup, home, companion="while :; do (:); done")
+    found = on_cgroup2("placement", Level.PROCESS, place=place)
+    leaf = f"{place.path}/sandbox-host"
+    assert found["after"] == {"host": leaf, "companion": leaf}
+    assert found["procs_after"] == []
+    assert found["pid"] in found["leaf_procs"]
+    assert found["companion"] in found["leaf_procs"]
+    assert found["details"]["host_moved"].startswith("moved ")
+    assert found["run_cgroup"].startswith(f"/sys/fs/cgroup/{test_cgroup}/sandbox-runtime/")
 
 
 @needs_mount
