@@ -11,9 +11,9 @@ hierarchies with the same ideas and different files:
   (``/sys/fs/cgroup/<controller>``). A run has one cgroup in each of ``pids``,
   ``freezer`` and ``memory`` (all three required), and in ``cpuacct`` and ``cpu`` where
   they are mounted. ``freezer.state`` freezes; killing is by pid.
-* **v2** (:class:`CgroupV2`): one unified hierarchy, one cgroup per run, under a parent
-  directory (by default ``sandbox-runtime`` in the host's own cgroup; or a delegated
-  subtree, which is what a non-root host is given). The core interface is always there:
+* **v2** (:class:`CgroupV2`): one unified hierarchy, one cgroup per run, under
+  ``sandbox-runtime`` in the cgroup delegated to the host, or else in the host's own
+  cgroup (see Delegation, below). The core interface is always there:
   ``cgroup.procs``, ``cgroup.kill`` (the kernel kills every member, forks under way
   included, in one write), ``cgroup.freeze``, ``cgroup.events`` (``populated``,
   ``frozen``) and ``cpu.stat``. The ``memory`` (``memory.max``, ``memory.peak``,

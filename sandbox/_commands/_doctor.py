@@ -113,12 +113,25 @@ def _v2_remedy(h: Hierarchy, cgroups: dict[str, str | None]) -> str | None:
             "are disabled; boot with the unified hierarchy alone (systemd.unified_cgroup_"
             f"hierarchy=1, or cgroup_no_v1={','.join(lacking)}) and without cgroup_disable="
         )
+    try:
+        offered = (top / "cgroup.controllers").read_text().split()
+    except OSError:
+        offered = []
+    unoffered = [c for c in lacking if c not in offered]
     return (
         f"the host's own cgroup ({top}) holds the host, and the kernel gives no controller "
         "to cgroups below one that holds processes; it is not delegated to the host "
         f"({given.how}), so the host moves nothing out of it. Give the host a delegated "
         f"cgroup: {_DELEGATE}. If {top} is in fact delegated to the host, say so: "
         f"SANDBOX_CGROUP={top}"
+        + (
+            f". Its parent does not offer it {' or '.join(unoffered)} either (they are not "
+            f"in {top}/cgroup.controllers): the cgroup delegated to the host must be "
+            "offered them (systemd's Delegate=yes does, where the machine's root cgroup "
+            "has them)"
+            if unoffered
+            else ""
+        )
     )
 
 

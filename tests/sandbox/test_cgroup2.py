@@ -36,6 +36,7 @@ import pytest
 from sandbox import Level, SandboxError
 from sandbox._children import CgroupV1, CgroupV2, NoCgroups
 from sandbox._children._cgroups import CgroupSettingError, Delegation, delegation, probe
+from sandbox._commands import _doctor
 from tests.host import AS_ORDINARY_USER, child_levels
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -710,3 +711,33 @@ def test_v2_delegated_freeze_and_kill(test_cgroup: str, home: Path) -> None:
     assert found["spare_killed"]
     assert found["empty"]
     assert found["removed"]
+
+
+def test_doctor_gives_the_fix_for_each_v2_case(tmp_path: Path) -> None:
+    """Where the runs lack memory and pids on v2, ``doctor``'s remedy fits the case: an
+    undelegated cgroup that holds the host is told how to get a delegated one (systemd's
+    ``Delegate=yes``, or ``SANDBOX_CGROUP`` naming it), and that its parent offers it
+    nothing either where that is so; a delegated one whose parent gives it no such
+    controller, how to delegate them; a failed move, how to move by hand; the machine's
+    root cgroup, the boot parameters."""
+    lacking = {"pids": "no", "freezer": None, "memory": "no"}
+    own = fake_cgroup(tmp_path / "system.slice" / "app.service")
+    undelegated = CgroupV2(own / "sandbox-runtime", Delegation(own, False, "no sign"))
+    how = _doctor.remedies({}, 7, None, lacking, None, undelegated)["cgroups"]
+    assert "Delegate=yes" in how
+    assert f"SANDBOX_CGROUP={own}" in how
+    assert f"not in {own}/cgroup.controllers" in how
+    (own / "cgroup.controllers").write_text("memory pids\n")
+    how = _doctor.remedies({}, 7, None, lacking, None, undelegated)["cgroups"]
+    assert "cgroup.controllers" not in how
+    delegated = CgroupV2(own / "sandbox-runtime", Delegation(own, True, "marked"))
+    how = _doctor.remedies({}, 7, None, lacking, None, delegated)["cgroups"]
+    assert f"for p in $(cat {own}/cgroup.procs)" in how  # not moved
+    delegated.moved = "moved 1 process(es)"
+    how = _doctor.remedies({}, 7, None, lacking, None, delegated)["cgroups"]
+    assert "`Delegate=memory pids`" in how
+    assert "user@.service.d/delegate.conf" in how
+    machine = fake_cgroup(tmp_path / "root", root=True)
+    root = CgroupV2(machine / "sandbox-runtime", delegation(machine, "/", euid=0))
+    how = _doctor.remedies({}, 7, None, lacking, None, root)["cgroups"]
+    assert "cgroup_no_v1=memory,pids" in how
