@@ -89,6 +89,18 @@ def _v2_remedy(h: Hierarchy, cgroups: dict[str, str | None]) -> str | None:
             "check what is in the way there" if given.delegated else _DELEGATE
         )
     lacking = [c for c in ("memory", "pids") if cgroups.get(c) is not None]
+    try:
+        offered = (top / "cgroup.controllers").read_text().split()
+    except OSError:
+        offered = []
+    unoffered = [c for c in lacking if c not in offered]
+    if given.delegated and h.moved is not None and not unoffered:
+        reasons = "; ".join(f"{c}: {cgroups[c]}" for c in lacking)
+        return (
+            f"{top} is delegated to the host and offered {' and '.join(lacking)}, but they "
+            f"could not be enabled for the runs ({reasons}): {top}/cgroup.subtree_control "
+            f"and {h.parent}/cgroup.subtree_control must be the host's to write"
+        )
     if given.delegated:
         if h.moved is None:
             return (
@@ -113,11 +125,6 @@ def _v2_remedy(h: Hierarchy, cgroups: dict[str, str | None]) -> str | None:
             "are disabled; boot with the unified hierarchy alone (systemd.unified_cgroup_"
             f"hierarchy=1, or cgroup_no_v1={','.join(lacking)}) and without cgroup_disable="
         )
-    try:
-        offered = (top / "cgroup.controllers").read_text().split()
-    except OSError:
-        offered = []
-    unoffered = [c for c in lacking if c not in offered]
     return (
         f"the host's own cgroup ({top}) holds the host, and the kernel gives no controller "
         "to cgroups below one that holds processes; it is not delegated to the host "

@@ -717,9 +717,10 @@ def test_doctor_gives_the_fix_for_each_v2_case(tmp_path: Path) -> None:
     """Where the runs lack memory and pids on v2, ``doctor``'s remedy fits the case: an
     undelegated cgroup that holds the host is told how to get a delegated one (systemd's
     ``Delegate=yes``, or ``SANDBOX_CGROUP`` naming it), and that its parent offers it
-    nothing either where that is so; a delegated one whose parent gives it no such
-    controller, how to delegate them; a failed move, how to move by hand; the machine's
-    root cgroup, the boot parameters."""
+    nothing either where that is so; a failed move, how to move by hand; a delegated
+    cgroup offered them that could not enable them, what must be writable; one whose
+    parent gives it no such controller, how to delegate them; the machine's root cgroup,
+    the boot parameters."""
     lacking = {"pids": "no", "freezer": None, "memory": "no"}
     own = fake_cgroup(tmp_path / "system.slice" / "app.service")
     undelegated = CgroupV2(own / "sandbox-runtime", Delegation(own, False, "no sign"))
@@ -734,6 +735,9 @@ def test_doctor_gives_the_fix_for_each_v2_case(tmp_path: Path) -> None:
     how = _doctor.remedies({}, 7, None, lacking, None, delegated)["cgroups"]
     assert f"for p in $(cat {own}/cgroup.procs)" in how  # not moved
     delegated.moved = "moved 1 process(es)"
+    how = _doctor.remedies({}, 7, None, lacking, None, delegated)["cgroups"]
+    assert "could not be enabled for the runs (memory: no; pids: no)" in how
+    (own / "cgroup.controllers").write_text("")
     how = _doctor.remedies({}, 7, None, lacking, None, delegated)["cgroups"]
     assert "`Delegate=memory pids`" in how
     assert "user@.service.d/delegate.conf" in how
