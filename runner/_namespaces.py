@@ -1475,7 +1475,59 @@ def _interpreter_needs() -> list[str]:
     wanted += [path for path in ("/lib", "/lib64") if os.path.islink(path)]
     for path in ("/etc/ld.so.cache", "/etc/localtime"):
         wanted += _with_target(path)
+    # The program loader the executable names, by the path execve resolves (through
+    # /lib64 -> usr/lib64 and its link into the C library's directory, on most systems):
+    # without it, running the interpreter inside fails with ENOENT.
+    loader = _elf_interpreter(os.path.realpath(sys.executable))
+    if loader is not None:
+        wanted += _resolvable(loader)
     return wanted
+
+
+def _elf_interpreter(path: str) -> str | None:
+    """The program loader an ELF executable names (its ``PT_INTERP``), or None."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+            if len(head) < 52 or head[:4] != b"\x7fELF" or head[4] not in (1, 2):
+                return None
+            end = "<" if head[5] == 1 else ">"
+            wide = head[4] == 2
+            phoff, phentsize, phnum = struct.unpack_from(
+                f"{end}Q14xHH" if wide else f"{end}I10xHH", head, 32 if wide else 28
+            )
+            for index in range(min(phnum, 64)):
+                f.seek(phoff + index * phentsize)
+                entry = f.read(phentsize)
+                if len(entry) < (56 if wide else 32):
+                    return None
+                (kind,) = struct.unpack_from(f"{end}I", entry, 0)
+                if kind != 3:  # PT_INTERP
+                    continue
+                fields = f"{end}8xQ16xQ" if wide else f"{end}4xI8xI"
+                offset, size = struct.unpack_from(fields, entry, 0)
+                f.seek(offset)
+                return f.read(size).rstrip(b"\0").decode("utf-8", "surrogateescape") or None
+    except (OSError, struct.error):
+        return None
+    return None
+
+
+def _resolvable(path: str, depth: int = 0) -> list[str]:
+    """``path`` and every symbolic link on the way to it, each link's target followed, so
+    that a view holding them resolves ``path`` as the host does (links are kept as links)."""
+    if depth > 16 or not path.startswith("/"):
+        return []
+    parts = path.strip("/").split("/")
+    here = ""
+    for index, name in enumerate(parts):
+        here = f"{here}/{name}"
+        if os.path.islink(here):
+            target = os.path.join(os.path.dirname(here), os.readlink(here))
+            rest = "/".join(parts[index + 1 :])
+            onward = os.path.normpath(os.path.join(target, rest) if rest else target)
+            return [here, *_resolvable(onward, depth + 1)]
+    return [here] if os.path.lexists(here) else []
 
 
 def _with_target(path: str) -> list[str]:

@@ -26,8 +26,10 @@ Two steps make the names agree with the view:
   them, and a virtual environment's prefix, which the view does not hold, gives way to
   the installation's. A few writes: the zygote's pages stay shared.
 
-The interpreter's installation (``sys.executable``, the standard library) stays at its
-host path: the view binds it there, and the README says so.
+The interpreter's executable is in the view at ``/sandbox/bin`` (:func:`executable`), which
+``sys.executable`` names. The rest of its installation (the standard library, and the
+prefix that the interpreter and ``sys.base_prefix`` name) stays at its host path: the view
+binds it there, and the README says so.
 """
 
 from __future__ import annotations
@@ -41,16 +43,31 @@ from importlib.machinery import FileFinder, SourceFileLoader
 from importlib.util import cache_from_source
 from typing import Final
 
-__all__ = ["LIB", "PACKAGES", "enter_view", "placed", "places", "relocate", "relocate_code"]
+__all__ = [
+    "BIN",
+    "LIB",
+    "PACKAGES",
+    "enter_view",
+    "executable",
+    "placed",
+    "places",
+    "relocate",
+    "relocate_code",
+]
 
 #: The directory of a confined run's view that holds the runner's packages.
 LIB: Final = "/sandbox/lib"
 #: The top-level packages a confined runner imports from once its walls are up.
 PACKAGES: Final = ("protocol", "runner", "msgspec")
+#: The directory of a confined run's view that holds the interpreter's executable, which
+#: ``sys.executable`` names there (:func:`executable`).
+BIN: Final = "/sandbox/bin"
 
 #: Once :func:`relocate` has run: each place, and where it is on the host (emptied in a
 #: confined runner, whose view holds the places themselves).
 _HOST: dict[str, str] = {}
+#: The interpreter's executable, and its place (:func:`executable`), once worked out.
+_executable: tuple[str, str] | None = None
 #: What :func:`relocate` moved, host path to place (None: nothing was moved yet).
 _relocated: dict[str, str] | None = None
 #: What :func:`enter_view` writes (worked out by :func:`relocate`): ``sys.path``, and the
@@ -90,9 +107,23 @@ def places(modules: Mapping[str, types.ModuleType] | None = None) -> dict[str, s
 
 def placed() -> tuple[tuple[str, str], ...]:
     """The ``(host path, place)`` pairs a confined view binds: those :func:`relocate`
-    moved, if it ran, else :func:`places` of this process now."""
+    moved, if it ran, else :func:`places` of this process now; and the interpreter's
+    executable (:func:`executable`)."""
     where = places() if _relocated is None else _relocated
-    return tuple(sorted(where.items()))
+    return (*sorted(where.items()), executable())
+
+
+def executable() -> tuple[str, str]:
+    """The interpreter's executable (the file behind a virtual environment's link), and
+    where a confined view holds it: ``sys.executable`` there, which a program can run
+    (the same interpreter, under the same walls). The view holds it at its host path too,
+    where py-spy looks for it (``stack_on_timeout``): a program that walks the view finds
+    the installation there, as it does the standard library."""
+    global _executable
+    if _executable is None:  # worked out before the view, where the link leads somewhere
+        real = os.path.realpath(sys.executable)
+        _executable = (real, f"{BIN}/{os.path.basename(real)}")
+    return _executable
 
 
 def _moved(path: str, where: Mapping[str, str]) -> str | None:
@@ -171,6 +202,7 @@ def relocate(where: Mapping[str, str] | None = None) -> None:
     if _relocated is not None:
         return
     where = dict(places() if where is None else where)
+    executable()
     relocate_code(where)
     for module in list(sys.modules.values()):
         for attrs, values in _module_writes(module, where):
@@ -208,15 +240,19 @@ def enter_view() -> None:
     places, not the host's directories, and nothing reads a place on the host any more
     (see the module docstring). Relocates first if the process has not yet (a runner
     started without its boot's :func:`relocate`: then each runner pays for it)."""
-    global _relocated, _view
+    global _relocated, _view, _executable
     relocate()
     path, stale = _view or ([], [])
+    inside = executable()[1]
     # What named the host is not kept for the program (a few small objects freed).
-    _relocated, _view = {}, None
+    _relocated, _view, _executable = {}, None, (inside, inside)
     _HOST.clear()
     sys.path[:] = path
     for key in stale:  # finders made since relocate(), if any
         sys.path_importer_cache.pop(key, None)
+    sys.executable = inside
+    if hasattr(sys, "_base_executable"):  # the interpreter a virtual environment's points at
+        sys._base_executable = sys.executable
     if sys.prefix != sys.base_prefix:  # a virtual environment: not in the view
         sys.prefix = sys.base_prefix
         sys.exec_prefix = sys.base_exec_prefix

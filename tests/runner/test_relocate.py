@@ -180,3 +180,27 @@ def test_relocated_code_reads_its_files_on_the_host_until_the_view() -> None:
     assert root not in seen["path"]
     assert site not in seen["path"]
     assert seen["kept"] == [{}, None, {}]
+
+
+def test_the_program_loader_of_this_interpreter_resolves_in_the_view() -> None:
+    """The view holds the program loader ``sys.executable`` names (its ``PT_INTERP``), and
+    every link on the way to it, as :func:`runner._namespaces.python_read_only` gives them."""
+    real = os.path.realpath(sys.executable)
+    loader = _namespaces._elf_interpreter(real)
+    assert loader is not None
+    assert os.path.exists(loader)
+    chain = _namespaces._resolvable(loader)
+    assert chain
+    assert os.path.realpath(chain[-1]) == os.path.realpath(loader)
+    assert not os.path.islink(chain[-1])
+    view = _namespaces.python_read_only(())
+    for path in chain:
+        assert any(path == p or path.startswith(p + "/") for p in view), (path, view)
+
+
+def test_elf_interpreter_reads_only_elf_executables(tmp_path: Path) -> None:
+    """Not an ELF file, a truncated one, an empty one: no loader, no error."""
+    for name, data in [("text", b"#!/bin/sh\n"), ("short", b"\x7fELF\x02\x01"), ("empty", b"")]:
+        (tmp_path / name).write_bytes(data)
+        assert _namespaces._elf_interpreter(str(tmp_path / name)) is None
+    assert _namespaces._elf_interpreter(str(tmp_path / "missing")) is None

@@ -63,14 +63,16 @@ async def test_a_program_parses_its_own_arguments(level: Level) -> None:
 @pytest.mark.parametrize("level", child_levels())
 async def test_without_argv_the_program_is_named_by_a_placeholder(level: Level) -> None:
     """No ``argv``: ``sys.argv`` is ``["<program>"]``, and ``sys.executable`` an
-    interpreter the program can reach (inside the confined view, the real file behind a
-    virtual environment's link)."""
+    interpreter the program can run (inside the confined view, the real file behind a
+    virtual environment's link, at ``/sandbox/bin``)."""
     program = (
         "import os, sys\n"
         "[sys.argv, sys.orig_argv, sys.executable, os.access(sys.executable, os.X_OK)]"
     )
     result = await sandbox.run(program, level=level)
-    executable = sys.executable if level is Level.PROCESS else REAL_EXECUTABLE
+    executable = sys.executable
+    if level is Level.CONFINED:
+        executable = f"/sandbox/bin/{os.path.basename(REAL_EXECUTABLE)}"
     assert result.value == [["<program>"], [executable, "<program>"], executable, True]
 
 
@@ -236,8 +238,6 @@ NAMES_THE_INSTALLATION: Final = {
     "sys",
     "frames",
     "globals",
-    "sys.orig_argv",
-    "sys.executable",
     "sys.path",
     "sys.prefix",
     "importer cache",
@@ -342,3 +342,20 @@ async def test_the_program_tool_refuses_args_it_cannot_pass(
     r = await ex.call(plane.Call(tool="run_program", arguments=arguments))
     assert (r.is_error, r.kind) == (True, Kind.INVALID)
     assert "args" in r.text
+
+
+@needs_confinement()
+@pytest.mark.usefixtures("spawn")
+async def test_a_confined_program_runs_its_interpreter() -> None:
+    """``sys.executable`` at ``confined`` is an interpreter the program can run (the view
+    holds the program loader the executable names, by the path execve resolves): the
+    same Python, under the same walls, naming itself the same way."""
+    program = (
+        "import subprocess, sys\n"
+        "child = 'import sys; print(sys.executable, 6 * 7)'\n"
+        "done = subprocess.run([sys.executable, '-I', '-c', child], capture_output=True)\n"
+        "[done.returncode, done.stdout.decode(), done.stderr.decode()]"
+    )
+    result = await sandbox.run(program, level=Level.CONFINED)
+    inside = f"/sandbox/bin/{os.path.basename(REAL_EXECUTABLE)}"
+    assert result.value == [0, f"{inside} 42\n", ""], result.error
