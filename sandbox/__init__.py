@@ -26,6 +26,7 @@ from ._engine import (
 from ._errors import (
     BudgetError,
     BudgetUnsupported,
+    CgroupSettingError,
     ConfinementUnavailable,
     SandboxError,
     SpawnFailed,
@@ -39,6 +40,7 @@ __all__ = [
     "BudgetError",
     "BudgetUnsupported",
     "CallError",
+    "CgroupSettingError",
     "ConfinementUnavailable",
     "Kind",
     "Level",

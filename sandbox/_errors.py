@@ -5,6 +5,7 @@
     SandboxError                 the host could not do what was asked; nothing ran
     ├── BudgetError (ValueError)       a budget item of a bad type or value, or past the wire
     ├── BudgetUnsupported              a budget item this level cannot enforce on this host
+    ├── CgroupSettingError (ValueError) SANDBOX_CGROUP names no cgroup the host can use
     ├── ConfinementUnavailable         the confined level lacks a wall on this host
     ├── ToolError (ValueError)         a tool that cannot be bound (bad name, duplicate)
     └── SpawnFailed (OSError)          the child process could not be started
@@ -20,6 +21,7 @@ from collections.abc import Mapping
 __all__ = [
     "BudgetError",
     "BudgetUnsupported",
+    "CgroupSettingError",
     "ConfinementUnavailable",
     "SandboxError",
     "SpawnFailed",
@@ -29,6 +31,12 @@ __all__ = [
 
 class SandboxError(Exception):
     """Root of the host's errors."""
+
+
+class CgroupSettingError(SandboxError, ValueError):
+    """``SANDBOX_CGROUP`` names no cgroup the host can use; the message says why and how to
+    fix it. The setting is never ignored or worked around: every run that needs the
+    host's cgroups raises this until it is fixed or unset."""
 
 
 class BudgetError(SandboxError, ValueError):

@@ -87,7 +87,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Final
 
-from .._errors import SandboxError
+from .._errors import CgroupSettingError
 
 __all__ = [
     "CGROUP_ENV",
@@ -136,12 +136,6 @@ _RUNS_CPU_SHARES: Final = 1024
 _REMOVE_WAIT: Final = 10.0
 #: The v2 controllers the runs' cgroups get where the parent offers them.
 _V2_CONTROLLERS: Final = ("memory", "pids")
-
-
-class CgroupSettingError(SandboxError, ValueError):
-    """``SANDBOX_CGROUP`` names no cgroup the host can use; the message says why and how to
-    fix it. The setting is never ignored or worked around: every run that needs the
-    host's cgroups raises this until it is fixed or unset."""
 
 
 @dataclass(frozen=True)

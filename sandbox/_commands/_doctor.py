@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from .._errors import SandboxError
+from .._errors import CgroupSettingError
 from ._options import EXIT_OK
 
 if TYPE_CHECKING:
@@ -242,7 +242,7 @@ def doctor(as_json: bool) -> int:
         h = hierarchy()
         cgroups = dict(cgroup_support())
         setting_error = None
-    except SandboxError as exc:  # a CgroupSettingError, the one error a probe raises
+    except CgroupSettingError as exc:  # the one error a probe raises
         h, setting_error = None, str(exc)
         cgroups = dict.fromkeys(("pids", "freezer", "memory"), setting_error)
     # Who a confined program is on the host: a uid of its own (None), or why not.

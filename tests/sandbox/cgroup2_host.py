@@ -39,7 +39,7 @@ import anyio
 
 import sandbox
 from protocol import CGROUP_PREFIX
-from sandbox import Budget, Level
+from sandbox import Budget, CgroupSettingError, Level
 from sandbox._children import (
     REMAINS,
     CgroupSet,
@@ -48,7 +48,6 @@ from sandbox._children import (
     hierarchy,
     shutdown,
 )
-from sandbox._children._cgroups import CgroupSettingError
 from sandbox._children._cgroups import probe as probe_hierarchy
 from tests.sandbox.conftest import cannot_run_program_code
 

@@ -33,9 +33,9 @@ from typing import Any
 
 import pytest
 
-from sandbox import Level, SandboxError
+from sandbox import CgroupSettingError, Level, SandboxError
 from sandbox._children import CgroupV1, CgroupV2, NoCgroups
-from sandbox._children._cgroups import CgroupSettingError, Delegation, delegation, probe
+from sandbox._children._cgroups import Delegation, delegation, probe
 from sandbox._commands import _doctor
 from tests.host import AS_ORDINARY_USER, child_levels
 
