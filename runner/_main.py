@@ -681,10 +681,8 @@ def prepare_confined(argv: Sequence[str] | None = None) -> None:
     confined, then name the runner's code by its place in the view
     (:func:`runner._relocate.relocate`).
 
-    Call it first, then :func:`main` from outside it (``runner.prepare_confined();
-    runner.main()``): frames already running keep the names they started with, so no
-    frame of the runner below the program then names a host path. (The zygote does the
-    same once for all its children.)
+    Call it first, then :func:`main` (``runner.prepare_confined(); runner.main()``). (The
+    zygote does the same once for all its children.)
     """
     args = sys.argv[1:] if argv is None else list(argv)
     if "--confine" not in args:

@@ -721,29 +721,26 @@ def _prepare() -> None:
     import ctypes  # noqa: F401
     import fcntl  # noqa: F401
 
-    from . import _confine, _main  # noqa: F401
+    from . import _confine, _main, _relocate  # noqa: F401
     from ._backends import DEFAULT_BACKEND, get_backend
 
-    get_backend(DEFAULT_BACKEND).prepare()
+    backend = get_backend(DEFAULT_BACKEND)
     with contextlib.suppress(OSError, AttributeError):
         from . import _libc, _namespaces
 
         _libc.libc()
         _namespaces._libc()
-    # Last, once everything is imported and before any function that stays on a child's
-    # stack is entered (see :func:`start`): the runner's frames name the confined view's
-    # paths, in every child.
-    from . import _relocate
-
+    # Once everything is imported: the runner's code and modules name the confined view's
+    # paths, in every child (runner._relocate); then the warm-up.
     _relocate.relocate()
+    backend.prepare()
 
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     """Be the keeper (see the docstring), with ``argv`` (default ``sys.argv[1:]``):
     ``CONTROL_FD``.
 
-    The host's boot calls ``child(start())`` itself, so that this frame is not below
-    every program (its name is the host's: see :func:`_prepare`).
+    The host's boot calls ``child(start())`` itself: one frame fewer below every program.
     """
     child(start(argv))
 

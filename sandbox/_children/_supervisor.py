@@ -93,10 +93,9 @@ _ROOT: Final = Path(__file__).resolve().parents[2]  # the directory holding sand
 _MSGSPEC_DIR: Final = Path(msgspec.__file__).resolve().parent.parent
 _PATHS: Final = [str(_ROOT), str(_MSGSPEC_DIR)]
 #: A fresh runner's, and the zygote's, first code, followed by :data:`_PATHS` as its first
-#: arguments (taken off ``sys.argv`` at once: the code names no host path, and its frame
-#: is below every program). Each calls the function that stays below every program from
-#: here, once the runner's code is named by its place in a confined view
-#: (:mod:`runner._relocate`), so that none of those frames names a host path either.
+#: arguments (taken off ``sys.argv`` at once: the code, whose frame is below every program,
+#: names no host path). A fresh runner names the runner's code by its place in a confined
+#: view first (:mod:`runner._relocate`; the zygote does it for its children).
 _TAKE_PATHS: Final = (
     f"import sys; sys.path[:0] = sys.argv[1:{1 + len(_PATHS)}]; del sys.argv[1:{1 + len(_PATHS)}]; "
 )

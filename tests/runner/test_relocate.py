@@ -82,7 +82,7 @@ def test_relocate_code_names_every_function_by_its_place(tmp_path: Path) -> None
         return 3
 
     changed = _relocate.relocate_code({str(package): f"{LIB}/pkg"})
-    assert changed >= 3  # outer, made_before (an inner), method
+    assert changed >= 2  # outer and method (an inner may come first, or with outer)
     place = f"{LIB}/pkg/mod.py"
     assert mod.outer.__code__.co_filename == place
     assert mod.made_before.__code__.co_filename == place
