@@ -39,7 +39,15 @@ import os
 import sys
 import types
 from collections.abc import Callable, Mapping
-from importlib.machinery import FileFinder, SourceFileLoader
+from importlib.machinery import (
+    BYTECODE_SUFFIXES,
+    EXTENSION_SUFFIXES,
+    SOURCE_SUFFIXES,
+    ExtensionFileLoader,
+    FileFinder,
+    SourceFileLoader,
+    SourcelessFileLoader,
+)
 from importlib.util import cache_from_source
 from typing import Final
 
@@ -160,8 +168,12 @@ def _hook(path: str) -> FileFinder:
     host = _on_host(path)
     if host == path:
         raise ImportError("not a place with a host path")  # the next hook takes it
-    details = (SourceFileLoader, [".py"])
-    return FileFinder(host, details)
+    return FileFinder(
+        host,
+        (ExtensionFileLoader, EXTENSION_SUFFIXES),
+        (SourceFileLoader, SOURCE_SUFFIXES),
+        (SourcelessFileLoader, BYTECODE_SUFFIXES),
+    )
 
 
 def relocate_code(where: Mapping[str, str]) -> int:

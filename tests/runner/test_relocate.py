@@ -145,7 +145,13 @@ seen = {
 }
 import runner._probe
 seen["later"] = runner._probe.__file__
+seen["extension"] = _relocate._hook(_relocate.LIB + "/msgspec").find_spec("msgspec._core").origin
 _relocate.enter_view()
+try:
+    _relocate._hook(_relocate.LIB + "/msgspec")
+    seen["hook after"] = "a finder"
+except ImportError:
+    seen["hook after"] = "ImportError"
 seen["path"] = sys.path
 seen["kept"] = [_relocate._relocated, _relocate._view, dict(_relocate._HOST)]
 print(json.dumps(seen))
@@ -176,6 +182,8 @@ def test_relocated_code_reads_its_files_on_the_host_until_the_view() -> None:
     assert seen["file"] == seen["code"] == f"{LIB}/runner/_main.py"
     assert seen["line"].startswith("def serve(")
     assert seen["later"] == f"{root}/runner/_probe.py"  # at process, named as it is
+    assert seen["extension"].startswith(f"{site}/msgspec/_core.")  # any kind of module
+    assert seen["hook after"] == "ImportError"  # in the view, the places are the files
     assert LIB in seen["path"]
     assert root not in seen["path"]
     assert site not in seen["path"]
