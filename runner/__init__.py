@@ -5,8 +5,7 @@
 is the seam, and :func:`register_backend` adds one by name (the Python backend is built in).
 
 What the host uses of the runner is here, and nothing private: the entry points of a
-runner process (:func:`prepare_confined`, then :func:`main`) and of the zygote
-(:func:`zygote_start`, then :func:`zygote_child`), the backend the
+runner process (:func:`main`) and of the zygote (:func:`zygote_main`), the backend the
 ``in_process`` level runs in the host's own process (:class:`PythonBackend`), the probe of
 the confined level's walls (:func:`probe_walls`), and the defaults of a confined run's
 file system. The messages between host and zygote are ``protocol``'s.
@@ -28,15 +27,13 @@ from ._backends import (
     get_backend,
     register_backend,
 )
-from ._main import main, prepare_confined
+from ._main import main
 
 if TYPE_CHECKING:
     from ._backends.python import PythonBackend
     from ._namespaces import DEFAULT_DISK_BYTES, default_disk_files
     from ._probe import Walls, probe_walls
-    from ._zygote import child as zygote_child
     from ._zygote import main as zygote_main
-    from ._zygote import start as zygote_start
 
 __all__ = [
     "DEFAULT_BACKEND",
@@ -50,12 +47,9 @@ __all__ = [
     "default_disk_files",
     "get_backend",
     "main",
-    "prepare_confined",
     "probe_walls",
     "register_backend",
-    "zygote_child",
     "zygote_main",
-    "zygote_start",
 ]
 
 # What only the host uses is loaded on first use (PEP 562): a runner starts without it.
@@ -65,9 +59,7 @@ _LAZY = {
     "default_disk_files": ("._namespaces", "default_disk_files"),
     "Walls": ("._probe", "Walls"),
     "probe_walls": ("._probe", "probe_walls"),
-    "zygote_child": ("._zygote", "child"),
     "zygote_main": ("._zygote", "main"),
-    "zygote_start": ("._zygote", "start"),
 }
 
 

@@ -675,28 +675,6 @@ def _report(runner: Runner, start: Start, outcome: Outcome, client: Client, *, l
     return EXIT_OK
 
 
-def prepare_confined(argv: Sequence[str] | None = None) -> None:
-    """Before :func:`main`, in a fresh runner process: if it will be confined
-    (``--confine`` in ``argv``, default ``sys.argv[1:]``), import what it uses once
-    confined, then name the runner's code by its place in the view
-    (:func:`runner._relocate.relocate`).
-
-    Call it first, then :func:`main` (``runner.prepare_confined(); runner.main()``). (The
-    zygote does the same once for all its children.)
-    """
-    args = sys.argv[1:] if argv is None else list(argv)
-    if "--confine" not in args:
-        return
-    from . import _confine, _relocate  # noqa: F401  (what a confined runner imports)
-
-    at = args.index("--backend") + 1 if "--backend" in args else len(args)
-    try:
-        get_backend(args[at] if at < len(args) else DEFAULT_BACKEND)
-    except (LookupError, ImportError):
-        pass  # main() reports it
-    _relocate.relocate()
-
-
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     """Run the runner with ``argv`` (default ``sys.argv[1:]``) and exit with its status.
 

@@ -9,8 +9,9 @@ traceback it formats, their code) names the host's checkout or virtual environme
 
 Two steps make the names agree with the view:
 
-* :func:`relocate`, once per process that forks or becomes runners (the zygote; a cold
-  confined runner), after its imports. Every function loaded from a place has its code
+* :func:`relocate`, once per process that forks or becomes runners, after its imports:
+  the zygote, for all its children; a cold confined runner, for itself, once its walls are
+  up (:func:`enter_view` does it). Every function loaded from a place has its code
   renamed, where it is, with ``co_filename`` under :data:`LIB` (nested code included),
   which is what frames and tracebacks show; every module loaded from one names its place
   in ``__file__``,
@@ -211,12 +212,8 @@ def relocate(where: Mapping[str, str] | None = None) -> None:
     executable()
     relocate_code(where)
     for module in list(sys.modules.values()):
-        for attrs, values in _module_writes(module, where):
-            attrs.update(values)
-        loader = getattr(module, "__loader__", None)
-        if type(loader) is SourceFileLoader and _moved(loader.path, _invert(where)):
-            loader.__class__ = _PlacedLoader
-    _HOST.update(_invert(where))
+        _move_module(module, where)
+    _HOST.update({new: old for old, new in where.items()})
     if _hook not in sys.path_hooks:
         sys.path_hooks.insert(0, _hook)
     _forget_finders(where)
@@ -237,15 +234,11 @@ def relocate(where: Mapping[str, str] | None = None) -> None:
     _view = (path, sorted(stale))
 
 
-def _invert(where: Mapping[str, str]) -> dict[str, str]:
-    return {new: old for old, new in where.items()}
-
-
 def enter_view() -> None:
     """In a confined runner, walls up: ``sys.path`` and the importer cache name the view's
     places, not the host's directories, and nothing reads a place on the host any more
-    (see the module docstring). Relocates first if the process has not yet (a runner
-    started without its boot's :func:`relocate`: then each runner pays for it)."""
+    (see the module docstring). Relocates first if the process has not yet: a runner the
+    zygote did not fork (a cold one) does it here, for itself."""
     global _relocated, _view, _executable
     relocate()
     path, stale = _view or ([], [])
@@ -272,14 +265,14 @@ def _forget_finders(where: Mapping[str, str]) -> None:
         del sys.path_importer_cache[key]
 
 
-def _module_writes(
-    module: types.ModuleType, where: Mapping[str, str]
-) -> list[tuple[dict[str, object], dict[str, object]]]:
-    """The attributes of ``module``, its spec and its loader that name a host path of
-    ``where``, with their new values."""
+def _move_module(module: types.ModuleType, where: Mapping[str, str]) -> None:
+    """Name ``module``'s file, and its spec's and loader's, by its place, if it was loaded
+    from one of ``where``'s paths; its loader then reads the host's file while
+    :data:`_HOST` says where it is (:class:`_PlacedLoader`)."""
     origin = getattr(module, "__file__", None)
-    if not isinstance(origin, str) or _moved(origin, where) is None:
-        return []
+    new_origin = _moved(origin, where) if isinstance(origin, str) else None
+    if new_origin is None:
+        return
 
     def move(value: object) -> object:
         if isinstance(value, str):
@@ -291,22 +284,21 @@ def _module_writes(
     def cached(value: object) -> object:  # beside a module's file, not within its place
         return cache_from_source(new_origin) if isinstance(value, str) else value
 
-    new_origin = _moved(origin, where) or origin
-    attrs: dict[str, object] = vars(module)
-    values: dict[str, object] = {"__file__": new_origin}
+    attrs = vars(module)
+    attrs["__file__"] = new_origin
     if "__cached__" in attrs:
-        values["__cached__"] = cached(attrs["__cached__"])
+        attrs["__cached__"] = cached(attrs["__cached__"])
     if isinstance(attrs.get("__path__"), list):
-        values["__path__"] = move(attrs["__path__"])
-    writes: list[tuple[dict[str, object], dict[str, object]]] = [(attrs, values)]
+        attrs["__path__"] = move(attrs["__path__"])
     spec = getattr(module, "__spec__", None)
     if spec is not None and hasattr(spec, "__dict__"):
-        found: dict[str, object] = {"origin": move(spec.origin), "_cached": cached(spec.cached)}
+        spec.origin = move(spec.origin)
+        spec.cached = cached(spec.cached)
         if isinstance(spec.submodule_search_locations, list):
-            found["submodule_search_locations"] = move(spec.submodule_search_locations)
-        writes.append((vars(spec), found))
+            spec.submodule_search_locations = move(spec.submodule_search_locations)
     loader = attrs.get("__loader__")
     path = getattr(loader, "path", None)
-    if isinstance(path, str) and hasattr(loader, "__dict__"):
-        writes.append((vars(loader), {"path": move(path)}))
-    return writes
+    if loader is not None and isinstance(path, str) and hasattr(loader, "__dict__"):
+        loader.path = move(path)
+        if type(loader) is SourceFileLoader:
+            loader.__class__ = _PlacedLoader

@@ -91,7 +91,7 @@ from protocol import (
 if TYPE_CHECKING:
     from . import _confine, _main
 
-__all__ = ["child", "main", "start"]
+__all__ = ["main"]
 
 #: Where the run's channels and ready pipe land in the child (0, 1, 2 are its stdio).
 _CHILD_FDS: Final = (3, 4, 5, 6, 7)
@@ -512,9 +512,9 @@ class _Unwind(BaseException):
         self.job = job
 
 
-def child(job: _Job) -> NoReturn:
-    """In the forked child, out of the zygote's frames, with what :func:`start` returned:
-    become the run's runner (see the module docstring)."""
+def _child(job: _Job) -> NoReturn:
+    """In the forked child, out of the zygote's frames: become the run's runner (see the
+    module docstring)."""
     status: int = RunnerExit.CHILD_SETUP
     try:
         from . import _main
@@ -737,18 +737,16 @@ def _prepare() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:
-    """Be the keeper (see the docstring), with ``argv`` (default ``sys.argv[1:]``):
-    ``CONTROL_FD``.
+    """``python -I -S -c '... main()' CONTROL_FD``: be the keeper (see the docstring).
 
-    The host's boot calls ``child(start())`` itself: one frame fewer below every program.
+    The keeper and the zygote never return from :func:`_start`; a child the zygote forks
+    does, with nothing but its :class:`_Job`, and becomes a runner from here.
     """
-    child(start(argv))
+    _child(_start(sys.argv[1:] if argv is None else list(argv)))
 
 
-def start(argv: Sequence[str] | None = None) -> _Job:
-    """Be the keeper, and the zygote it forks (``argv``, default ``sys.argv[1:]``:
-    ``CONTROL_FD``); return only in a forked child, with nothing but its :class:`_Job`."""
-    args = sys.argv[1:] if argv is None else list(argv)
+def _start(args: list[str]) -> _Job:
+    """Be the keeper, and the zygote it forks; return only in a forked child."""
     try:
         fd = int(args[0])
         control = socket.socket(fileno=fd)

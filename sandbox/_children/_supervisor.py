@@ -94,19 +94,12 @@ _MSGSPEC_DIR: Final = Path(msgspec.__file__).resolve().parent.parent
 _PATHS: Final = [str(_ROOT), str(_MSGSPEC_DIR)]
 #: A fresh runner's, and the zygote's, first code, followed by :data:`_PATHS` as its first
 #: arguments (taken off ``sys.argv`` at once: the code, whose frame is below every program,
-#: names no host path). A fresh runner names the runner's code by its place in a confined
-#: view first (:mod:`runner._relocate`; the zygote does it for its children).
+#: names no host path).
 _TAKE_PATHS: Final = (
     f"import sys; sys.path[:0] = sys.argv[1:{1 + len(_PATHS)}]; del sys.argv[1:{1 + len(_PATHS)}]; "
 )
-_RUNNER_BOOT: Final = (
-    f"{_TAKE_PATHS}import runner; runner.prepare_confined(); runner.main()",
-    *_PATHS,
-)
-_ZYGOTE_BOOT: Final = (
-    f"{_TAKE_PATHS}import runner; runner.zygote_child(runner.zygote_start())",
-    *_PATHS,
-)
+_RUNNER_BOOT: Final = (f"{_TAKE_PATHS}from runner import main; main()", *_PATHS)
+_ZYGOTE_BOOT: Final = (f"{_TAKE_PATHS}from runner import zygote_main; zygote_main()", *_PATHS)
 #: How long a zygote may take to say hello, and to answer a request, before it is
 #: considered wedged and replaced.
 _ZYGOTE_TIMEOUT: Final = 30.0

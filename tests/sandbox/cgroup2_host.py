@@ -166,15 +166,20 @@ def _wait(done: Callable[[], bool], seconds: float) -> bool:
     return True
 
 
-def probe(level: Level) -> Found:
-    """What this host says of itself: the hierarchy, its support, the doctor."""
-    doctor = subprocess.run(
-        [sys.executable, "-m", "sandbox", "doctor", "--json"],
+def _doctor(*options: str) -> subprocess.CompletedProcess[str]:
+    """``sandbox doctor OPTIONS``, run as a new host would run it, here."""
+    return subprocess.run(
+        [sys.executable, "-m", "sandbox", "doctor", *options],
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
     )
+
+
+def probe(level: Level) -> Found:
+    """What this host says of itself: the hierarchy, its support, the doctor."""
+    doctor = _doctor("--json")
     parent = _parent()
     return {
         "version": hierarchy().version,
@@ -399,21 +404,9 @@ def placement(level: Level) -> Found:
     finally:
         cgroups.remove()
     found["runs_path"] = _runs_path()
-    doctor = subprocess.run(
-        [sys.executable, "-m", "sandbox", "doctor", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    doctor = _doctor("--json")
     found["doctor"] = json.loads(doctor.stdout) if doctor.returncode == 0 else doctor.stderr
-    text = subprocess.run(
-        [sys.executable, "-m", "sandbox", "doctor"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    text = _doctor()
     found["doctor_text"] = text.stdout + text.stderr
     return found
 

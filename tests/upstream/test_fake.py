@@ -81,6 +81,15 @@ async def test_an_error_result_raises_call_error_with_the_servers_text() -> None
     assert caught.value.message.startswith("fake__fail: ")
 
 
+#: Calls ``fake__echo``, then ``fake__pid``, whose refusal (if any) it keeps: ``[a, b]``.
+ECHO_THEN_PID = (
+    "a = await host.fake__echo(text='x')\n"
+    "try:\n    await host.fake__pid()\n"
+    "except Exception as e:\n    b = [e.kind, e.message]\n"
+    "[a, b]"
+)
+
+
 async def test_the_policy_sees_each_call_and_denies() -> None:
     """The policy is asked with the call and the tool's definition; a refusal is ``denied``."""
     seen: list[tuple[str, dict[str, Any], bool]] = []
@@ -93,10 +102,7 @@ async def test_the_policy_sees_each_call_and_denies() -> None:
 
     async with Upstreams([fake()], policy=policy) as up:
         r = await sandbox.run(
-            "a = await host.fake__echo(text='x')\n"
-            "try:\n    await host.fake__pid()\n"
-            "except Exception as e:\n    b = [e.kind, e.message]\n"
-            "[a, b]",
+            ECHO_THEN_PID,
             tools=up.host_tools(),
             level="in_process",
         )
@@ -127,10 +133,7 @@ async def test_a_policy_can_ask_someone_and_wait_for_the_answer() -> None:
         async with Upstreams([fake()], policy=ask) as up, anyio.create_task_group() as tg:
             tg.start_soon(person)
             r = await sandbox.run(
-                "a = await host.fake__echo(text='x')\n"
-                "try:\n    await host.fake__pid()\n"
-                "except Exception as e:\n    b = [e.kind, e.message]\n"
-                "[a, b]",
+                ECHO_THEN_PID,
                 tools=up.host_tools(),
                 level="in_process",
             )
