@@ -182,6 +182,7 @@ def _is_zombie(proc: psutil.Process) -> bool:
 
 #: ``PF_EXITING`` in /proc/<pid>/stat's flags: the process is in the kernel's exit path.
 _PF_EXITING = 0x4
+_PF_SIGNALED = 0x400  # set on the way from a fatal signal to the exit
 _SIGKILL_BIT = 1 << (9 - 1)
 
 
@@ -190,16 +191,19 @@ def cannot_run_program_code(pid: int) -> bool:
     zombie, in the kernel's exit path, or has SIGKILL pending (a process never returns to
     user space with SIGKILL pending). What a run guarantees of every process of it once
     ``run`` has returned; their teardown and reaping may still be under way."""
+    # The pending signals first, the flags after: a process dequeues its SIGKILL and only
+    # then marks itself signalled and exiting, so read the other way round the two reads
+    # could fall either side of that and see neither.
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
         with open(f"/proc/{pid}/status") as f:
             status = f.read()
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
     except OSError:
         return True  # gone
     fields = stat[stat.rindex(b")") + 2 :].split()
     state, flags = fields[0], int(fields[6])
-    if state in (b"Z", b"X", b"x") or flags & _PF_EXITING:
+    if state in (b"Z", b"X", b"x") or flags & (_PF_EXITING | _PF_SIGNALED):
         return True
     pending = 0
     for line in status.splitlines():
