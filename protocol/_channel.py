@@ -6,6 +6,9 @@ This adapter reads and writes the descriptors directly and only involves the eve
 when the kernel says "would block": ``os.read`` first, ``anyio.wait_readable`` only on
 EAGAIN; ``os.write`` first, ``anyio.wait_writable`` only when the pipe is full.
 
+Before writing more than its pipe holds, the channel grows the pipe to fit (up to 1 MiB:
+:mod:`protocol._pipesize`), so a large frame crosses in one wake-up of the peer.
+
 The descriptors are made non-blocking. Reading and writing may be separate descriptors (a
 pipe pair) or the same one (a socket). Closing notifies any task waiting on them
 (``anyio.notify_closing``), so a blocked reader wakes with ``ClosedResourceError``.
@@ -24,6 +27,8 @@ import os
 
 import anyio
 import anyio.lowlevel
+
+from ._pipesize import DEFAULT_PIPE_BYTES, fit_pipe
 
 __all__ = ["FdChannel"]
 
@@ -44,7 +49,15 @@ class FdChannel:
     The channel owns the descriptors: :meth:`close` closes them.
     """
 
-    __slots__ = ("_closed", "_read_fd", "_reserved", "_streak", "_waiting", "_write_fd")
+    __slots__ = (
+        "_closed",
+        "_holds",
+        "_read_fd",
+        "_reserved",
+        "_streak",
+        "_waiting",
+        "_write_fd",
+    )
 
     def __init__(self, read_fd: int, write_fd: int) -> None:
         os.set_blocking(read_fd, False)
@@ -56,6 +69,7 @@ class FdChannel:
         self._streak = 0
         self._waiting: set[int] = set()  # descriptors a task waits on now
         self._reserved: set[int] = set()  # closed, their numbers held until the wait ends
+        self._holds = DEFAULT_PIPE_BYTES  # what the write pipe holds, as far as we know
 
     @property
     def closed(self) -> bool:
@@ -96,6 +110,9 @@ class FdChannel:
         """
         if self._closed:
             raise anyio.ClosedResourceError
+        if len(data) > self._holds:
+            # A large frame crosses in one pipe-full, not in many (best effort).
+            self._holds = fit_pipe(self._write_fd, len(data), self._holds)
         try:
             return os.write(self._write_fd, data)
         except BlockingIOError:

@@ -51,6 +51,7 @@ from ._errors import CallError, ChannelClosed, ProtocolError, RemoteProtocolErro
 from ._frames import Signal
 from ._kinds import Kind
 from ._messages import Response, Result, Start
+from ._pipesize import DEFAULT_PIPE_BYTES, fit_pipe
 from ._start import RunnerCore
 
 if TYPE_CHECKING:
@@ -157,6 +158,7 @@ class Client:
         self._cond = threading.Condition(threading.Lock())
         self._write_lock = threading.Lock()
         self._fds_closed = False  # under _write_lock: no write after close()
+        self._holds = DEFAULT_PIPE_BYTES  # under _write_lock: what the write pipe holds
         self._reading = False
         # Settled calls of blocking callers, by id, until they collect them.
         self._done: dict[str, Response | BaseException] = {}
@@ -226,6 +228,7 @@ class Client:
                 except IndexError:  # the channel failed meanwhile and emptied it
                     return
                 try:
+                    self._holds = fit_pipe(self._wfd, len(frame), self._holds)
                     _write_all(self._wfd, frame)
                 except OSError as exc:
                     self._fail_all(CallError(Kind.CANCELED, f"call channel broken: {exc}"))
@@ -462,6 +465,7 @@ class Runner:
         self._wfd = write_fd
         self._poller = _poller(read_fd)
         self._core = RunnerCore()
+        self._holds = DEFAULT_PIPE_BYTES  # what the write pipe holds
         self._closed = False
 
     def await_start(self, timeout: float | None = None) -> Start:
@@ -503,7 +507,10 @@ class Runner:
         """
         if self._closed:
             raise ChannelClosed("the start channel is closed")
-        _write_all(self._wfd, self._core.send_result(result))
+        frame = self._core.send_result(result)
+        # A large Result crosses in one pipe-full, not in many (best effort).
+        self._holds = fit_pipe(self._wfd, len(frame), self._holds)
+        _write_all(self._wfd, frame)
 
     def wait_closed(self, timeout: float | None = None) -> bool:
         """After the Result: wait until the parent closes the start channel (EOF).

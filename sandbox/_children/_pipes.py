@@ -22,20 +22,15 @@ Each of the host's ends has one owner at a time:
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import select
 import socket
-from typing import Final
 
 import anyio
 
 from protocol import FD_NAMES
 
 __all__ = ["Pipes", "ReadyPipe", "open_pipes"]
-
-#: The call channel's pipe buffers: large enough for a big result to move in few reads.
-_PIPE_BYTES: Final = 1 << 20
 
 
 def open_pipes() -> tuple[Pipes, ReadyPipe, socket.socket]:
@@ -64,11 +59,8 @@ def open_pipes() -> tuple[Pipes, ReadyPipe, socket.socket]:
     # Pipes as (read end, write end): start down, start up, call down, call up, stdout,
     # stderr, ready. Which end is the child's follows FD_NAMES.
     down_s, up_s, down_c, up_c, out, err, ready = zip(reads, writes, strict=True)
-    for write_end in (up_c[1], down_c[1]):
-        # A 1 MiB pipe moves a large result in 16 reads, not 256 (PERF-NOTES); best
-        # effort, as pipe-max-size may forbid it.
-        with contextlib.suppress(OSError):
-            fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
+    # (Every pipe keeps the kernel's 64 KiB until a frame larger than that is written to
+    # it: the writer grows it then, protocol._pipesize.)
     pipes = Pipes(
         start_fds=(up_s[0], down_s[1]),  # we read the child's up, write its down
         call_fds=(up_c[0], down_c[1]),
