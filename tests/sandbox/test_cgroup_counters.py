@@ -1,0 +1,95 @@
+"""The counters a run's end reads are held open while its cgroups live, and read fresh.
+
+A run's end reads its CPU time, peak memory, limit events and process count from its
+cgroups (``_Run.stop``). :meth:`CgroupSet.create` opens those files once, off the run's
+path, and every read is then a ``pread`` from their start; these tests check that a held
+file says what a fresh open would, as it changes, and that nothing stays open once the
+cgroups are removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from protocol import CGROUP_PREFIX
+from sandbox._children import CgroupSet, _cgroups
+from tests.host import needs_run_cgroups
+
+pytestmark = needs_run_cgroups("the counters of a run's cgroups")
+
+#: The longest any one wait of these tests may take.
+WAIT = 10.0
+
+
+@pytest.fixture
+def cgroups() -> Iterator[CgroupSet]:
+    made = CgroupSet.create(f"{CGROUP_PREFIX}test-{uuid.uuid4().hex[:12]}", memory=None, pids=50)
+    try:
+        yield made
+    finally:
+        made.kill_all()
+        made.remove()
+
+
+def _fds() -> set[str]:
+    """What this process's descriptors are open on."""
+    found = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # the listing's own, closed by now
+            found.add(os.readlink(f"/proc/self/fd/{fd}"))
+    return found
+
+
+def test_the_counters_are_held_and_let_go(cgroups: CgroupSet) -> None:
+    counters = [str(path) for path in cgroups.hierarchy.counters(cgroups.dirs)]
+    assert counters, "a hierarchy with cgroups names the counters a run's end reads"
+    held = [path for path in counters if path in _cgroups._held]
+    assert held
+    assert set(held) <= _fds()
+    cgroups.kill_all()
+    cgroups.remove()
+    assert not set(held) & set(_cgroups._held)
+    assert not set(held) & _fds()
+
+
+def test_a_held_counter_reads_what_a_fresh_open_reads(cgroups: CgroupSet) -> None:
+    """CPU time and the process count, read through the held descriptors while a process
+    of the set spins and after it is gone, against the files opened afresh."""
+    assert cgroups.hierarchy._pids_current(cgroups.dirs) == 0
+    counts_cpu = cgroups.cpu_time() is not None  # (v1 without cpuacct: not counted)
+    assert cgroups.cpu_time() in (0.0, None)
+    with subprocess.Popen(
+        [sys.executable, "-c", "import sys\nsys.stdin.readline()\nwhile True: pass"],
+        stdin=subprocess.PIPE,
+    ) as spin:
+        try:
+            cgroups.add(spin.pid)
+            assert spin.stdin is not None
+            spin.stdin.write(b"go\n")
+            spin.stdin.flush()
+            assert cgroups.hierarchy._pids_current(cgroups.dirs) == 1
+            deadline = time.monotonic() + WAIT
+            while counts_cpu and time.monotonic() < deadline:
+                if (cgroups.cpu_time() or 0.0) >= 0.05:
+                    break
+                time.sleep(0.01)
+            assert not counts_cpu or (cgroups.cpu_time() or 0.0) >= 0.05
+        finally:
+            spin.kill()
+            spin.wait(WAIT)
+    deadline = time.monotonic() + WAIT
+    while cgroups.hierarchy._pids_current(cgroups.dirs) != 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert cgroups.hierarchy._pids_current(cgroups.dirs) == 0
+    for path in cgroups.hierarchy.counters(cgroups.dirs):
+        assert _cgroups._read(path) == path.read_text(), path
+    assert not cgroups.pids_exceeded()
+    assert not cgroups.memory_exceeded()
