@@ -250,11 +250,12 @@ def _mount_at(mountinfo: str, path: Path) -> tuple[str, _Mount] | None:
     return best
 
 
-#: The cgroup files read at the end of every run (counters and events), held open from
-#: when the run's cgroups are made until they are removed (:meth:`CgroupSet.hold`), by
-#: path: a read is then one ``pread`` (about 1 µs) instead of an open, a read and a close
-#: (about 22 µs, on the run's path). Guarded by :data:`_held_lock`, under which a held
-#: descriptor is read and closed, so that none is read once closed.
+#: The cgroup files every run reads at its end (counters and events) and writes before
+#: its Start (its limits), held open by path from when the run's cgroups are made (off
+#: the run's path) until they are removed: a read is then one ``pread`` (about 1 µs) and a
+#: write one ``pwrite``, instead of an open, a read or write and a close (22-42 µs each on
+#: this machine's cgroup v1, on the run's path). Guarded by :data:`_held_lock`, under which
+#: a held descriptor is used and closed, so that none is used once closed.
 _held: dict[str, int] = {}
 _held_lock = threading.Lock()
 #: Enough for any of the held files (a few counters).
@@ -278,12 +279,34 @@ def _read(path: Path) -> str | None:
         return None
 
 
-def _hold(paths: list[Path]) -> list[str]:
-    """Hold ``paths`` open for :func:`_read` (those that can be opened); their keys."""
+def _write(path: Path, text: str) -> None:
+    """Write ``text`` to the cgroup file ``path`` (one write: a cgroup file takes each
+    write whole).
+
+    Raises:
+        OSError: the kernel refused it.
+    """
+    key = str(path)
+    if key in _held:
+        with _held_lock:
+            fd = _held.get(key)
+            if fd is not None:
+                os.pwrite(fd, text.encode(), 0)
+                return
+    path.write_text(text)
+
+
+def _exists(path: Path) -> bool:
+    return str(path) in _held or path.exists()
+
+
+def _hold(paths: list[Path], flags: int = os.O_RDONLY) -> list[str]:
+    """Hold ``paths`` open (``flags``) for :func:`_read` or :func:`_write` (those that can
+    be opened; a file that does not exist is not held); their keys."""
     keys = []
     for path in paths:
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            fd = os.open(path, flags | os.O_CLOEXEC)
         except OSError:
             continue
         with _held_lock:
@@ -459,6 +482,10 @@ class Hierarchy(abc.ABC):
                 continue  # another uid's process exists all the same
         return True
 
+    def limit_files(self, dirs: Mapping[str, Path]) -> list[Path]:
+        """The files :meth:`set_limits` writes (those that exist are held open)."""
+        return []
+
     def counters(self, dirs: Mapping[str, Path]) -> list[Path]:
         """The files read at the end of every run (:meth:`cpu_time`, :meth:`memory_peak`,
         :meth:`memory_exceeded`, :meth:`pids_exceeded`, the count of :meth:`kill_all`):
@@ -607,13 +634,21 @@ class CgroupV1(Hierarchy):
 
     def set_limits(self, dirs: Mapping[str, Path], *, memory: int | None, pids: int | None) -> None:
         if pids is not None:
-            (dirs["pids"] / "pids.max").write_text(str(pids))
+            _write(dirs["pids"] / "pids.max", str(pids))
         if memory is not None:
             mem = dirs["memory"]
-            (mem / "memory.limit_in_bytes").write_text(str(memory))
+            _write(mem / "memory.limit_in_bytes", str(memory))
             swap = mem / "memory.memsw.limit_in_bytes"
-            if swap.exists():  # no escape into swap
-                swap.write_text(str(memory))
+            if _exists(swap):  # no escape into swap
+                _write(swap, str(memory))
+
+    def limit_files(self, dirs: Mapping[str, Path]) -> list[Path]:
+        found = [dirs["pids"] / "pids.max"] if "pids" in dirs else []
+        if "memory" in dirs:
+            found += [
+                dirs["memory"] / f"memory.{f}" for f in ("limit_in_bytes", "memsw.limit_in_bytes")
+            ]
+        return found
 
     def freeze(self, dirs: Mapping[str, Path], deadline: float) -> None:
         freezer = dirs.get("freezer")
@@ -887,12 +922,17 @@ class CgroupV2(Hierarchy):
     def set_limits(self, dirs: Mapping[str, Path], *, memory: int | None, pids: int | None) -> None:
         path = dirs[self._NAME]
         if pids is not None:
-            (path / "pids.max").write_text(str(pids))
+            _write(path / "pids.max", str(pids))
         if memory is not None:
-            (path / "memory.max").write_text(str(memory))
+            _write(path / "memory.max", str(memory))
             swap = path / "memory.swap.max"
-            if swap.exists():  # no escape into swap
-                swap.write_text("0")
+            if _exists(swap):  # no escape into swap
+                _write(swap, "0")
+
+    def limit_files(self, dirs: Mapping[str, Path]) -> list[Path]:
+        path = self._dir(dirs)
+        names = ("pids.max", "memory.max", "memory.swap.max")
+        return [] if path is None else [path / name for name in names]
 
     def freeze(self, dirs: Mapping[str, Path], deadline: float) -> None:
         path = self._dir(dirs)
@@ -1281,11 +1321,14 @@ class CgroupSet:
         where = hierarchy() if within is None else within
         made = cls(where, where.make(name))
         try:
+            made._held = [
+                *_hold(where.counters(made.dirs)),
+                *_hold(where.limit_files(made.dirs), os.O_WRONLY),
+            ]
             made.set_limits(memory=memory, pids=pids)
         except BaseException:
             made.remove()
             raise
-        made._held = _hold(where.counters(made.dirs))
         return made
 
     def set_limits(self, *, memory: int | None, pids: int | None) -> None:

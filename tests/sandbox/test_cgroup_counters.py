@@ -21,7 +21,7 @@ import pytest
 
 from protocol import CGROUP_PREFIX
 from sandbox._children import CgroupSet, _cgroups
-from tests.host import needs_run_cgroups
+from tests.host import needs_enforcing, needs_run_cgroups
 
 pytestmark = needs_run_cgroups("the counters of a run's cgroups")
 
@@ -48,10 +48,14 @@ def _fds() -> set[str]:
     return found
 
 
-def test_the_counters_are_held_and_let_go(cgroups: CgroupSet) -> None:
-    counters = [str(path) for path in cgroups.hierarchy.counters(cgroups.dirs)]
+def test_the_counters_and_limits_are_held_and_let_go(cgroups: CgroupSet) -> None:
+    hierarchy = cgroups.hierarchy
+    counters = [str(path) for path in hierarchy.counters(cgroups.dirs)]
     assert counters, "a hierarchy with cgroups names the counters a run's end reads"
-    held = [path for path in counters if path in _cgroups._held]
+    limits = [str(path) for path in hierarchy.limit_files(cgroups.dirs)]
+    assert limits, "and the files its limits are written to"
+    held = [path for path in counters + limits if path in _cgroups._held]
+    assert set(held) >= {path for path in counters + limits if os.path.exists(path)}
     assert held
     assert set(held) <= _fds()
     cgroups.kill_all()
@@ -93,3 +97,34 @@ def test_a_held_counter_reads_what_a_fresh_open_reads(cgroups: CgroupSet) -> Non
         assert _cgroups._read(path) == path.read_text(), path
     assert not cgroups.pids_exceeded()
     assert not cgroups.memory_exceeded()
+
+
+@needs_enforcing("max_processes")
+def test_limits_written_through_held_files_take_effect(cgroups: CgroupSet) -> None:
+    """The limits a run's cgroups get before its Start, written through the held
+    descriptors, read back from the files opened afresh; one the kernel refuses raises."""
+    held = cgroups.controllers()
+    assert "pids" in held
+    memory = 256 << 20
+    cgroups.set_limits(memory=memory, pids=17)
+    for path in cgroups.hierarchy.limit_files(cgroups.dirs):
+        if not path.exists():
+            continue
+        text = path.read_text().strip()
+        if path.name == "pids.max":
+            assert text == "17"
+        elif "swap" in path.name:  # v2: no swap at all; v1: memory and swap together
+            assert text in ("0", str(memory))
+        else:
+            assert int(text) == memory, path
+    with pytest.raises(OSError):
+        cgroups.set_limits(memory=None, pids=-5)
+    cgroups.set_limits(memory=None, pids=23)  # the descriptor still works after a refusal
+    assert (
+        next(
+            p.read_text().strip()
+            for p in cgroups.hierarchy.limit_files(cgroups.dirs)
+            if p.name == "pids.max"
+        )
+        == "23"
+    )
