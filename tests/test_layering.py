@@ -15,8 +15,9 @@ from .helpers import ROOT
 PROTOCOL = ROOT / "protocol"
 # The sans-I/O core: no descriptors, no clocks, no event loop.
 CORE = ["_constants", "_errors", "_kinds", "_messages", "_frames", "_calls", "_start"]
-# The child's side: the standard library and msgspec only.
-CHILD = [*CORE, "_child", "__init__"]
+# The child's side (with the pipe sizing it shares with the host): the standard
+# library and msgspec only.
+CHILD = [*CORE, "_child", "_pipesize", "__init__"]
 
 
 def _imports(path: Path) -> set[str]:
