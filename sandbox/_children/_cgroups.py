@@ -579,6 +579,15 @@ class CgroupV1(Hierarchy):
 
     def __init__(self, bases: Mapping[str, Path | None]) -> None:
         self._bases = dict(bases)
+        #: The controllers whose base this host has made (and whose CPU share it set):
+        #: each run's cgroup is then one mkdir per controller, not three system calls.
+        self._ready: set[str] = set()
+
+    def _prepare_base(self, controller: str, base: Path) -> None:
+        base.mkdir(exist_ok=True)
+        if controller == "cpu":
+            (base / "cpu.shares").write_text(str(_RUNS_CPU_SHARES))
+        self._ready.add(controller)
 
     def describe(self) -> str:
         mounted = [c for c, b in self._bases.items() if b is not None]
@@ -621,11 +630,14 @@ class CgroupV1(Hierarchy):
                     if controller in OPTIONAL:
                         continue
                     raise OSError(errno.ENOENT, f"no {controller} cgroup hierarchy")
-                base.mkdir(exist_ok=True)
-                if controller == "cpu":
-                    (base / "cpu.shares").write_text(str(_RUNS_CPU_SHARES))
                 path = base / name
-                path.mkdir()
+                if controller not in self._ready:
+                    self._prepare_base(controller, base)
+                try:
+                    path.mkdir()
+                except FileNotFoundError:  # the base went since: make it again
+                    self._prepare_base(controller, base)
+                    path.mkdir()
                 dirs[controller] = path
         except BaseException:
             self.remove(dirs)

@@ -128,3 +128,31 @@ def test_limits_written_through_held_files_take_effect(cgroups: CgroupSet) -> No
         )
         == "23"
     )
+
+
+def test_a_base_removed_since_is_made_again() -> None:
+    """The runs' base cgroups are made once per host; one removed since (by hand, by
+    another tool) is made again when the next run's cgroups are."""
+    where = _cgroups.hierarchy()
+    if not isinstance(where, _cgroups.CgroupV1):
+        pytest.skip("the runs' bases are made once only on cgroup v1")
+    top = f"sandbox-test-{uuid.uuid4().hex[:12]}"
+    bases = {c: base.parent / top / base.name for c, base in where._bases.items() if base}
+    private = _cgroups.CgroupV1(bases)
+    try:
+        for base in bases.values():
+            base.parent.mkdir()
+        first = CgroupSet.create(f"{CGROUP_PREFIX}a", memory=None, pids=None, within=private)
+        controllers = set(first.dirs)
+        first.remove()
+        for base in bases.values():
+            base.rmdir()
+        again = CgroupSet.create(f"{CGROUP_PREFIX}b", memory=None, pids=None, within=private)
+        assert set(again.dirs) == controllers
+        assert all(path.is_dir() for path in again.dirs.values())
+        again.remove()
+    finally:
+        for base in bases.values():
+            for path in (base, base.parent):
+                with contextlib.suppress(OSError):
+                    path.rmdir()
