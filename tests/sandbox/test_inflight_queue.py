@@ -63,10 +63,14 @@ class Parent:
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def slow(self, i: int) -> int:
-        """Held two seconds: the calls past it are all read and refused meanwhile."""
+        """Held until ``gate`` calls are in flight, then a second more: the calls past
+        them, sent with them, are all read and refused meanwhile. (Fewer than ``gate``
+        ever in flight: held 10 s at most, and the test's count of them fails it.)"""
         try:
-            self._enter()
-            await anyio.sleep(2)
+            if self._enter() <= self.gate:
+                with anyio.move_on_after(10):
+                    await self._all_in.wait()
+            await anyio.sleep(1)
             return i
         finally:
             self.active -= 1
@@ -151,7 +155,7 @@ results = await asyncio.gather(*(host.slow(i) for i in range(10)), return_except
 async def test_a_child_that_sends_past_the_cap_is_refused(level: Level) -> None:
     """The parent answers ``limit`` to calls past its cap, whatever the child's client
     does: a program that lifts its client's cap gets six of ten refused."""
-    parent = Parent()
+    parent = Parent(gate=4)
     result = await sandbox.run(
         LIFTED,
         tools=[parent.slow],
