@@ -228,7 +228,8 @@ class Client:
                 except IndexError:  # the channel failed meanwhile and emptied it
                     return
                 try:
-                    self._holds = fit_pipe(self._wfd, len(frame), self._holds)
+                    if len(frame) > self._holds:  # (most frames: no call at all)
+                        self._holds = fit_pipe(self._wfd, len(frame), self._holds)
                     _write_all(self._wfd, frame)
                 except OSError as exc:
                     self._fail_all(CallError(Kind.CANCELED, f"call channel broken: {exc}"))
@@ -508,8 +509,9 @@ class Runner:
         if self._closed:
             raise ChannelClosed("the start channel is closed")
         frame = self._core.send_result(result)
-        # A large Result crosses in one pipe-full, not in many (best effort).
-        self._holds = fit_pipe(self._wfd, len(frame), self._holds)
+        if len(frame) > self._holds:
+            # A large Result crosses in one pipe-full, not in many (best effort).
+            self._holds = fit_pipe(self._wfd, len(frame), self._holds)
         _write_all(self._wfd, frame)
 
     def wait_closed(self, timeout: float | None = None) -> bool:
