@@ -208,6 +208,17 @@ class RunnerProcess:
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
 
+    def kill_unreaped(self) -> int | None:
+        """SIGKILL through the pidfd; the pid if the signal was sent (the process was not
+        reaped yet: a zombie takes it too), None if it was reaped or there is no pidfd."""
+        if self.pidfd is None or self.pid is None:
+            return None
+        try:
+            signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+        except OSError:
+            return None
+        return self.pid
+
     def close(self) -> None:
         """Close the report socket and the pidfd (idempotent): nothing more is read."""
         self._reports.sock.close()

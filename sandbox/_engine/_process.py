@@ -645,7 +645,10 @@ class _Run:
         if cgroups is None:
             await self._stop_tree(answered=answered)
         else:
-            cgroups.kill_all()
+            # A confined run cannot leave its cgroups: its runner's kill stands in for a
+            # listing where the pids controller shows that it is alone (see kill_all).
+            confined = self.level is Level.CONFINED
+            cgroups.kill_all(runner=self.process.kill_unreaped if confined else None)
             self.start_ch.close()
             if not answered:
                 await self.process.wait_exit(_GRACE)
