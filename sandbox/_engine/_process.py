@@ -146,12 +146,14 @@ class _Listener:
 
 
 class _Output:
-    """A capped capture of one output stream, drained from its pipe until told to stop,
-    and told to the listener (if any) as it comes.
+    """A capped capture of one output stream, drained from its pipe until its task is
+    cancelled, and told to the listener (if any) as it comes.
 
-    Once the run's processes can no longer write (:meth:`stop`), it reads what is left in
-    the pipe, to its last byte, without waiting for the end of file (which comes only once
-    every process holding the pipe has been torn down).
+    Once the run's processes can no longer write, the run cancels the draining task and
+    reads what is left in the pipe (:meth:`read_rest`), to its last byte, without waiting
+    for the end of file (which comes only once every process holding the pipe has been
+    torn down). A listener is never cut short by that cancellation: what it is told, it
+    is told whole.
 
     The listener is told exactly what is kept: the text of the first ``cap`` bytes, decoded
     as they arrive (a character split between two reads is told whole, with the second), so
@@ -170,35 +172,28 @@ class _Output:
         self.name: Literal["stdout", "stderr"] = name
         self.data = bytearray()
         self.total = 0
-        self._stopping = False
-        self._wait: anyio.CancelScope | None = None
         self._listener = listener
         self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
         os.set_blocking(fd, False)
 
     async def drain(self) -> None:
+        """Read the pipe as it fills, until the end of file or cancellation (then the run
+        calls :meth:`read_rest`)."""
         while True:
             try:
                 chunk = os.read(self.fd, _READ_CHUNK)
             except BlockingIOError:
-                if self._stopping:
-                    break
-                with anyio.CancelScope() as self._wait:
-                    await anyio.wait_readable(self.fd)
-                self._wait = None
+                await anyio.wait_readable(self.fd)
                 continue
             except OSError:
-                break
+                return
             if not chunk:
-                break
+                return
             await self._keep(chunk)
-            if len(chunk) < _READ_CHUNK and not self._stopping:
+            if len(chunk) < _READ_CHUNK:
                 # Let a program that writes line by line fill the pipe for a moment,
                 # rather than wake the host for every line (see _GATHER).
-                with anyio.CancelScope() as self._wait:
-                    await anyio.sleep(_GATHER)
-                self._wait = None
-        await self._tell(b"", final=True)
+                await anyio.sleep(_GATHER)
 
     async def _keep(self, chunk: bytes) -> None:
         self.total += len(chunk)
@@ -212,10 +207,12 @@ class _Output:
         if self._listener is not None:
             text = self._decoder.decode(data, final)
             if text:
-                await self._listener.tell(self.name, text)
+                with anyio.CancelScope(shield=True):  # told whole, or the listener raised
+                    await self._listener.tell(self.name, text)
 
     async def read_rest(self) -> None:
-        """Read what is in the pipe now, without waiting, as the last of the stream."""
+        """Read what is in the pipe now, without waiting, as the last of the stream (its
+        writers are gone or cannot run again)."""
         while True:
             try:
                 chunk = os.read(self.fd, _READ_CHUNK)
@@ -225,12 +222,6 @@ class _Output:
                 break
             await self._keep(chunk)
         await self._tell(b"", final=True)
-
-    def stop(self) -> None:
-        """Read what is in the pipe now, then stop (the writers are gone or killed)."""
-        self._stopping = True
-        if self._wait is not None:
-            self._wait.cancel()
 
     def captured(self) -> Output:
         text = self.data.decode("utf-8", "replace")
@@ -466,51 +457,52 @@ class _Run:
             except anyio.BrokenResourceError:
                 pass
 
-        async with anyio.create_task_group() as outputs:
-            outputs.start_soon(self.stdout.drain)
-            outputs.start_soon(self.stderr.drain)
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(serve)
-                if budget.max_cpu is not None:
-                    self.cpu = RunCpu(self.cgroups, self.process.pid)
-                    tg.start_soon(self._watch_cpu, self.cpu, budget.max_cpu, run_scope)
-                wall_clock = given(budget.wall_clock)
-                with run_scope, anyio.move_on_after(wall_clock or math.inf) as wall:
-                    try:
-                        result = await Starter(self.start_ch).start(start)
-                    except RemoteProtocolError as exc:
-                        broke_wire.append(str(exc))
-                    except LocalProtocolError as exc:
-                        # The Start cannot be sent (larger than a frame): the child got
-                        # nothing, and no retry of this run can change that.
-                        verdict = Verdict(
-                            Kind.INVALID, Cause.PROTOCOL, f"the run cannot be started: {exc}"
-                        )
-                    except (ChannelClosed, anyio.BrokenResourceError):
-                        pass  # decided from how the child ended
-                if wall.cancelled_caught:
+        # One task group: the outputs' draining, the calls' serving and the CPU watcher
+        # all end together once every process of the run is stopped.
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self.stdout.drain)
+            tg.start_soon(self.stderr.drain)
+            tg.start_soon(serve)
+            if budget.max_cpu is not None:
+                self.cpu = RunCpu(self.cgroups, self.process.pid)
+                tg.start_soon(self._watch_cpu, self.cpu, budget.max_cpu, run_scope)
+            wall_clock = given(budget.wall_clock)
+            with run_scope, anyio.move_on_after(wall_clock or math.inf) as wall:
+                try:
+                    result = await Starter(self.start_ch).start(start)
+                except RemoteProtocolError as exc:
+                    broke_wire.append(str(exc))
+                except LocalProtocolError as exc:
+                    # The Start cannot be sent (larger than a frame): the child got
+                    # nothing, and no retry of this run can change that.
                     verdict = Verdict(
-                        Kind.LIMIT,
-                        Cause.WALL_CLOCK,
-                        f"wall-clock limit of {seconds(wall_clock)} reached; the run was killed",
+                        Kind.INVALID, Cause.PROTOCOL, f"the run cannot be started: {exc}"
                     )
-                    if self.stack_wanted and self.process.pid is not None:  # before the kill
-                        self.stack = await python_stack(self.process.pid)
-                elif self.cpu_hit and result is None:
-                    verdict = Verdict(
-                        Kind.LIMIT,
-                        Cause.CPU,
-                        f"CPU limit of {seconds(budget.max_cpu)} reached; the run was killed",
-                    )
-                # (A listener that failed ended the run: the exit status explains nothing.)
-                answered = result is not None or verdict is not None or self._listener_failed()
-                with anyio.CancelScope(shield=True):
-                    await self.stop(answered=answered)
-                tg.cancel_scope.cancel()
-            # Every process of the run is dead or cannot run again: what they wrote is in
-            # the pipes; read it to its end.
-            self.stdout.stop()
-            self.stderr.stop()
+                except (ChannelClosed, anyio.BrokenResourceError):
+                    pass  # decided from how the child ended
+            if wall.cancelled_caught:
+                verdict = Verdict(
+                    Kind.LIMIT,
+                    Cause.WALL_CLOCK,
+                    f"wall-clock limit of {seconds(wall_clock)} reached; the run was killed",
+                )
+                if self.stack_wanted and self.process.pid is not None:  # before the kill
+                    self.stack = await python_stack(self.process.pid)
+            elif self.cpu_hit and result is None:
+                verdict = Verdict(
+                    Kind.LIMIT,
+                    Cause.CPU,
+                    f"CPU limit of {seconds(budget.max_cpu)} reached; the run was killed",
+                )
+            # (A listener that failed ended the run: the exit status explains nothing.)
+            answered = result is not None or verdict is not None or self._listener_failed()
+            with anyio.CancelScope(shield=True):
+                await self.stop(answered=answered)
+            tg.cancel_scope.cancel()
+        # Every process of the run is dead or cannot run again: what they wrote is in the
+        # pipes; read it to its end.
+        await self.stdout.read_rest()
+        await self.stderr.read_rest()
         answer = None
         if result is not None:
             answer = Answer(
