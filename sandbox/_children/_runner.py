@@ -147,6 +147,8 @@ class RunnerProcess:
 
     async def wait_reported(self, done: Callable[[], bool], seconds: float) -> None:
         """Read the zygote's reports until ``done()``, the zygote is lost, or ``seconds``."""
+        if done():  # (a pool's child, reported long ago: no timer to set and cancel)
+            return
         with anyio.move_on_after(seconds):
             while not done() and not self._reports.lost:
                 await anyio.wait_readable(self._reports.sock)
