@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Container, Mapping
 from typing import Final, TypeVar, final
 
 import msgspec
+import msgspec.structs
 from msgspec import UNSET, UnsetType
 
 from protocol import DEFAULT_MAX_INFLIGHT, INT64_MAX, CallLimits, StartBudget
@@ -256,4 +258,11 @@ class Budget(msgspec.Struct, frozen=True, kw_only=True):
             for name, default in DEFAULTS.items()
             if getattr(self, name) is UNSET
         }
-        return msgspec.structs.replace(self, **changes) if changes else self
+        if not changes:
+            return self
+        # Every default, and None, passes validation: the copy skips it (replace() would
+        # check all twelve items again, on every run's path).
+        applied = copy.copy(self)
+        for name, value in changes.items():
+            msgspec.structs.force_setattr(applied, name, value)
+        return applied

@@ -22,6 +22,8 @@ __all__ = ["run", "run_sync"]
 Tools = Iterable[Tool | Callable[..., Any]] | Mapping[str, Any] | Toolset
 #: What ``spawn=None`` means. (The test suite runs every child-level test with each mode.)
 _DEFAULT_SPAWN: Spawn | Pool = Spawn.ZYGOTE
+#: What ``budget=None`` means (a budget is frozen: one serves every run).
+_NO_BUDGET = Budget()
 
 
 async def run(
@@ -83,7 +85,7 @@ async def run(
         spawn = _DEFAULT_SPAWN
     elif not isinstance(spawn, Pool):
         spawn = Spawn(spawn)
-    budget = applied_budget(level, budget or Budget())
+    budget = applied_budget(level, budget or _NO_BUDGET)
     toolset = tools if isinstance(tools, Toolset) else Toolset(tools)
     if level is Level.IN_PROCESS:
         if stack_on_timeout:

@@ -131,3 +131,14 @@ def test_the_message_says_what_is_wrong_and_what_was_given(
     with pytest.raises(BudgetError) as info:
         Budget(**items)
     assert says in str(info.value)
+
+
+@pytest.mark.parametrize("level", list(Level))
+def test_a_budget_applied_with_its_defaults_passes_validation(level: Level) -> None:
+    """``applied`` fills the items left unset without validating again: what it makes
+    must be a budget that validation accepts, item for item."""
+    for budget in (Budget(), Budget(max_calls=3), Budget(wall_clock=None, max_memory=None)):
+        applied = with_defaults(level, budget)
+        again = Budget(**{name: getattr(applied, name) for name in FIELDS})
+        assert again == applied
+        assert all(getattr(applied, name) is not msgspec.UNSET for name in FIELDS)
