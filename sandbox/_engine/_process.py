@@ -48,12 +48,13 @@ import inspect
 import math
 import os
 import resource
+import select
 import signal
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 import anyio
 import anyio.abc
@@ -71,8 +72,9 @@ from protocol import (
     Result,
     RunnerExit,
     Server,
+    Signal,
     Start,
-    Starter,
+    StarterCore,
 )
 
 from .._budget import Budget, given
@@ -372,6 +374,9 @@ class _Run:
         self.cgroups = child.workspace.cgroups
         self.start_ch = FdChannel(*child.pipes.start_fds)
         self.call_ch = FdChannel(*child.pipes.call_fds)
+        # What the host reads each channel from (the channels' first descriptors).
+        self.start_fd = child.pipes.start_fds[0]
+        self.call_fd = child.pipes.call_fds[0]
         #: Cancelled to end the run early: at its CPU limit, when the child breaks the
         #: wire, when ``on_output`` raises.
         self.run_scope = anyio.CancelScope()
@@ -460,16 +465,13 @@ class _Run:
         # One task group: the outputs' draining, the calls' serving and the CPU watcher
         # all end together once every process of the run is stopped.
         async with anyio.create_task_group() as tg:
-            tg.start_soon(self.stdout.drain)
-            tg.start_soon(self.stderr.drain)
-            tg.start_soon(serve)
             if budget.max_cpu is not None:
                 self.cpu = RunCpu(self.cgroups, self.process.pid)
                 tg.start_soon(self._watch_cpu, self.cpu, budget.max_cpu, run_scope)
             wall_clock = given(budget.wall_clock)
             with run_scope, anyio.move_on_after(wall_clock or math.inf) as wall:
                 try:
-                    result = await Starter(self.start_ch).start(start)
+                    result = await self._await_result(start, tg, serve)
                 except RemoteProtocolError as exc:
                     broke_wire.append(str(exc))
                 except LocalProtocolError as exc:
@@ -519,6 +521,53 @@ class _Run:
             broke_wire=broke_wire[0] if broke_wire else None,
             stats=server.statistics(),
         )
+
+    async def _await_result(
+        self,
+        start: Start,
+        tg: anyio.abc.TaskGroup,
+        serve: Callable[[], Coroutine[Any, Any, None]],
+    ) -> Result:
+        """Send ``start`` and wait for its Result, starting each of the run's other tasks
+        (serving calls, draining stdout and stderr) when its descriptor first has
+        something to read.
+
+        A run that makes no call and writes nothing (most short ones) starts none of them:
+        the run waits on one descriptor, an epoll instance holding all four, where three
+        tasks waiting on one each, then cancelled, took 0.45 ms of the host's work per run
+        here. A task, once started, reads its descriptor itself until the run ends.
+
+        Raises what :meth:`protocol.Starter.start` raises (the start channel is closed
+        then).
+        """
+        core = StarterCore()
+        channel = self.start_ch
+        later: dict[int, Callable[[], Coroutine[Any, Any, None]]] = {
+            self.call_fd: serve,
+            self.stdout.fd: self.stdout.drain,
+            self.stderr.fd: self.stderr.drain,
+        }
+        try:
+            await channel.send_all(core.send_start(start))
+            with select.epoll(len(later) + 1) as ready:
+                ready.register(self.start_fd, select.EPOLLIN)
+                for fd in later:
+                    ready.register(fd, select.EPOLLIN)
+                while True:
+                    item = core.next_result()
+                    if item is not Signal.NEED_DATA:
+                        assert isinstance(item, Result)
+                        return item
+                    await anyio.wait_readable(ready.fileno())
+                    for fd, _ in ready.poll(0):
+                        if fd == self.start_fd:
+                            core.receive_data(await channel.receive())
+                        else:
+                            ready.unregister(fd)
+                            tg.start_soon(later.pop(fd))
+        except BaseException:
+            channel.close()
+            raise
 
     def _ending(
         self,
