@@ -60,6 +60,7 @@ import contextlib
 import errno
 import glob
 import os
+import resource
 import select
 import shutil
 import signal
@@ -787,6 +788,10 @@ def _start(args: list[str]) -> _Job:
         sys.stderr.write("runner: the zygote's control channel must be a SOCK_SEQPACKET\n")
         os._exit(64)
     os.set_inheritable(fd, False)
+    # A core dump of a killed program would be host disk nobody asked for: no process of
+    # any run dumps one (every child inherits this, across exec too, and a confined
+    # program cannot raise it again).
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     try:
         _keeper(control, os.getppid())
     except _Unwind as unwind:

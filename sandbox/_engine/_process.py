@@ -230,6 +230,18 @@ class _Output:
         return Output(text=text, truncated=self.total > len(self.data), total=self.total)
 
 
+def _wants_rlimits(budget: Budget, *, in_cgroups: frozenset[str]) -> bool:
+    """Whether :func:`_set_rlimits` has anything to set for ``budget`` (a budget of
+    defaults, with cgroups, has nothing: the run then skips the uid switch it needs)."""
+    return (
+        ("memory" not in in_cgroups and given(budget.max_memory) is not None)
+        or ("pids" not in in_cgroups and given(budget.max_processes) is not None)
+        or budget.max_cpu is not None
+        or budget.max_file_size is not None
+        or budget.max_open_files_per_process is not None
+    )
+
+
 def _set_rlimits(pid: int, budget: Budget, *, in_cgroups: frozenset[str]) -> None:
     """Set the run's rlimits on its runner ``pid`` (every process it starts inherits them).
 
@@ -258,8 +270,7 @@ def _set_rlimits(pid: int, budget: Budget, *, in_cgroups: frozenset[str]) -> Non
         resource.prlimit(pid, resource.RLIMIT_FSIZE, (budget.max_file_size,) * 2)
     if budget.max_open_files_per_process is not None:
         resource.prlimit(pid, resource.RLIMIT_NOFILE, (budget.max_open_files_per_process,) * 2)
-    # A core dump of a killed program is host disk the program did not ask for.
-    resource.prlimit(pid, resource.RLIMIT_CORE, (0, 0))
+    # (No core dumps: every child inherits RLIMIT_CORE 0 from the zygote's keeper.)
 
 
 def _lower_to(pid: int, which: int, limit: int) -> None:
@@ -401,8 +412,7 @@ class _Run:
         if not_ready is not None:
             return await self._refused(not_ready)
         try:
-            with self.child.workspace.limits_access():  # the run's own uid, on a root host
-                self._apply_limits()
+            self._apply_limits()
         except OSError as exc:
             raise SpawnFailed(f"cannot set the run's limits: {exc}") from exc
         return await self.drive(program, toolset, argv)
@@ -418,9 +428,10 @@ class _Run:
             self.cgroups.set_limits(
                 memory=given(budget.max_memory), pids=given(budget.max_processes)
             )
-        if self.process.pid is not None:
-            held = frozenset() if self.cgroups is None else self.cgroups.controllers()
-            _set_rlimits(self.process.pid, budget, in_cgroups=held)
+        held = frozenset() if self.cgroups is None else self.cgroups.controllers()
+        if self.process.pid is not None and _wants_rlimits(budget, in_cgroups=held):
+            with self.child.workspace.limits_access():  # the run's own uid, on a root host
+                _set_rlimits(self.process.pid, budget, in_cgroups=held)
 
     async def _refused(self, reason: str) -> Ending:
         """A child that could not be made ready: no Start was sent; its stderr and exit

@@ -22,6 +22,7 @@ from sandbox import (
 )
 from sandbox._budget import UNSET
 from sandbox._engine import applied_budget
+from tests.host import child_levels
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("spawn")]
 
@@ -412,3 +413,18 @@ async def test_in_process_leaves_the_hosts_main_module_alone() -> None:
     result = await sandbox.run("__name__", level=Level.IN_PROCESS)
     assert result.value == "__main__"
     assert sys.modules["__main__"] is before
+
+
+@pytest.mark.parametrize("level", child_levels())
+async def test_no_process_of_a_run_can_dump_core(level: Level) -> None:
+    """The zygote's keeper sets RLIMIT_CORE to 0, soft and hard, and every child inherits
+    it: the runner, and a process the program starts (across its exec too)."""
+    program = (
+        "import resource, subprocess, sys\n"
+        "child = subprocess.run([sys.executable, '-c', 'import resource; "
+        "print(resource.getrlimit(resource.RLIMIT_CORE))'], capture_output=True, text=True)\n"
+        "[list(resource.getrlimit(resource.RLIMIT_CORE)), child.stdout.strip()]"
+    )
+    result = await sandbox.run(program, level=level)
+    assert result.ok, result.error
+    assert result.value == [[0, 0], "(0, 0)"]
