@@ -310,3 +310,21 @@ async def test_a_child_that_cannot_start_says_why(
     assert "could not start" in result.error
     assert "FileNotFoundError" in result.error
     assert "nonexistent-cgroup-of-this-test" in result.error
+
+
+@pytest.mark.parametrize("level", child_levels())
+async def test_asyncio_in_a_child_is_as_new_after_the_zygotes_warm_up(level: Level) -> None:
+    """The zygote runs an event loop once before it forks (its pages, not each child's,
+    take the first run's writes), then drops the loop and the policy: a program that asks
+    for the current loop outside one still gets a new one, as in a fresh interpreter."""
+    program = (
+        "import asyncio, warnings\n"
+        "warnings.simplefilter('ignore')  # (get_event_loop outside a loop is deprecated)\n"
+        "loop = asyncio.get_event_loop()\n"
+        "got = loop.run_until_complete(asyncio.sleep(0, 'slept'))\n"
+        "loop.close()\n"
+        "[got, asyncio.run(asyncio.sleep(0, 'ran'))]"
+    )
+    result = await sandbox.run(program, level=level)
+    assert result.ok, result.error
+    assert result.value == ["slept", "ran"]
