@@ -120,6 +120,16 @@ def _outcome(response: Response | BaseException) -> str:
     raise CallError(response.kind or Kind.UNKNOWN, response.error)
 
 
+def _check_cap(max_inflight: int) -> None:
+    """Raise unless ``max_inflight`` is an in-flight cap as Start says one."""
+    if isinstance(max_inflight, bool) or not isinstance(max_inflight, int):
+        raise TypeError(f"max_inflight must be an int, got {max_inflight!r}")
+    if not 0 <= max_inflight <= INT64_MAX:
+        raise ValueError(
+            f"max_inflight must be from 0 (the default cap) to {INT64_MAX}, got {max_inflight}"
+        )
+
+
 @final
 class Client:
     """The program's side of the call channel: calls to the host's tools.
@@ -142,12 +152,7 @@ class Client:
     """
 
     def __init__(self, read_fd: int, write_fd: int, *, max_inflight: int = 0) -> None:
-        if isinstance(max_inflight, bool) or not isinstance(max_inflight, int):
-            raise TypeError(f"max_inflight must be an int, got {max_inflight!r}")
-        if not 0 <= max_inflight <= INT64_MAX:
-            raise ValueError(
-                f"max_inflight must be from 0 (the default cap) to {INT64_MAX}, got {max_inflight}"
-            )
+        _check_cap(max_inflight)
         os.set_blocking(read_fd, False)
         if write_fd != read_fd:
             os.set_blocking(write_fd, True)
@@ -183,6 +188,21 @@ class Client:
     def max_inflight(self) -> int:
         """The cap this client keeps to: the most calls it has sent and unanswered at once."""
         return self._max_inflight
+
+    def limit_inflight(self, max_inflight: int) -> None:
+        """Keep to the cap ``max_inflight`` (as in the constructor), for a client made
+        before its Start said the cap (a runner makes it while it waits, off the run's
+        path).
+
+        Raises:
+            RuntimeError: a call was made already.
+            ValueError, TypeError: as the constructor's.
+        """
+        _check_cap(max_inflight)
+        with self._cond:
+            if self._calls:
+                raise RuntimeError("the in-flight cap is set before the first call")
+            self._max_inflight = max_inflight or DEFAULT_MAX_INFLIGHT
 
     @property
     def calls_made(self) -> int:

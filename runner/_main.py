@@ -582,36 +582,21 @@ def serve(args: Arguments) -> int:
     early = args.ready_fd is not None
     if early and args.confine and not _confine_before_start(args):
         return EXIT_NOT_CONFINED
-    _warm_channels()
-    _ready(args.ready_fd, READY_OK)
+    # Both channels' ends are made before the Start, off the run's path (the first Client
+    # a runner forked from the zygote makes writes to pages it shares with it).
     runner = Runner(*args.start_fds)
+    client = Client(*args.call_fds)
+    _ready(args.ready_fd, READY_OK)
     start = _await_start(runner, args.start_timeout, early=early)
     if start is None:
         return EXIT_NO_START
-    client = Client(*args.call_fds, max_inflight=start.budget.max_inflight)
+    client.limit_inflight(start.budget.max_inflight)
     if args.confine and not early and not _confine_after_start(args, runner, start, client):
         return EXIT_NOT_CONFINED
     _own_main_thread()
     outcome = _run_program(backend, start, client)
     _flush_stdio()
     return _report(runner, start, outcome, client, linger=args.linger)
-
-
-def _warm_channels() -> None:
-    """Make and drop a call channel's :class:`Client` once, on a pipe of its own, before
-    the Start: the first one made in a runner forked from the zygote writes to pages it
-    shares with it (the objects of threading and select it makes), on the run's path.
-    Measured on a pool's confined runner, from its Start to its Client: 0.17 ms without,
-    0.085 ms with."""
-    try:
-        r, w = os.pipe()
-    except OSError:  # (descriptors short: the run will say so itself)
-        return
-    try:
-        Client(r, w)
-    finally:
-        os.close(r)
-        os.close(w)
 
 
 def _keep_descriptors(args: Arguments) -> None:

@@ -302,6 +302,33 @@ def test_the_client_keeps_to_the_cap_it_is_told() -> None:
             os.close(fd)
 
 
+def test_a_cap_told_after_the_client_is_made_is_kept_and_checked() -> None:
+    """A runner makes its Client before the Start says the cap: ``limit_inflight`` sets
+    it, with the constructor's checks, and only before the first call."""
+    down, up = os.pipe(), os.pipe()
+    try:
+        client = Client(down[0], up[1])
+        client.limit_inflight(3)
+        assert client.max_inflight == 3
+        client.limit_inflight(0)
+        assert client.max_inflight == DEFAULT_MAX_INFLIGHT
+        with pytest.raises(ValueError, match="max_inflight"):
+            client.limit_inflight(2**63)
+        with pytest.raises(TypeError, match="max_inflight"):
+            client.limit_inflight(True)
+        assert client.max_inflight == DEFAULT_MAX_INFLIGHT  # a refused cap changes nothing
+        client.limit_inflight(1)
+        client._send("echo", '"1"', 0)  # one call sent: the cap is fixed from now on
+        with pytest.raises(RuntimeError, match="first call"):
+            client.limit_inflight(5)
+        assert client.max_inflight == 1
+        client._send("echo", '"2"', 0)  # past the cap of 1: queued, not sent
+        assert len(client._queued) == 1
+    finally:
+        for fd in (*down, *up):
+            os.close(fd)
+
+
 async def test_a_child_that_sends_past_the_cap_is_still_refused() -> None:
     """A client told a larger cap than the parent's (as a hostile child would act) sends
     every call: the parent answers those past its cap ``limit`` at once."""
