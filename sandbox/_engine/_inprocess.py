@@ -21,7 +21,10 @@ of the event loop and no task spawned. The calling task serves the call channel 
 while a worker thread (:class:`_Workers`, daemon threads reused across runs) runs the
 program. The thread records the outcome and *then* closes the program's ends of the
 pipes, so the server reads EOF and returns: that EOF is the only signal the event loop
-waits for, and the outcome is in place when it arrives. (``anyio.to_thread`` would wake
+waits for, and the outcome is in place when it arrives. The calling task waits for the
+pipe to be readable before it serves at all: if the outcome is in by then and the pipe
+holds nothing (a program that made no call), there is nothing to serve, and the server,
+its task group and its reads are skipped. (``anyio.to_thread`` would wake
 the loop a second time, with its own future, and needs a task beside the server: about
 a tenth of a millisecond per run here.) Should the server stop first (the caller
 cancels, or the program closed the pipes itself), the host waits for the thread,
@@ -36,8 +39,11 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import fcntl
 import os
 import queue
+import sys
+import termios
 import threading
 import time
 import uuid
@@ -131,6 +137,11 @@ class _Workers:
 _WORKERS: Final = _Workers()
 
 
+def _pending(fd: int) -> int:
+    """The bytes waiting to be read from the pipe ``fd`` (``FIONREAD``)."""
+    return int.from_bytes(fcntl.ioctl(fd, termios.FIONREAD, bytes(4)), sys.byteorder)
+
+
 async def run_in_process(
     program: str, toolset: Toolset, budget: Budget, *, argv: tuple[str, ...] = ()
 ) -> RunResult:
@@ -141,7 +152,8 @@ async def run_in_process(
     """
     t0 = time.perf_counter()
     down, up = os.pipe(), os.pipe()
-    server = Server(FdChannel(up[0], down[1]), toolset.handle, budget.call_limits())
+    channel = FdChannel(up[0], down[1])
+    server = Server(channel, toolset.handle, budget.call_limits())
     start = Start(
         v=VERSION,
         program=program,
@@ -178,7 +190,13 @@ async def run_in_process(
         # The program closes its end when it finishes, answers to calls it abandoned
         # still pending: the server ends then, and that is no error.
         with contextlib.suppress(anyio.BrokenResourceError):
-            await server.serve()
+            await anyio.wait_readable(up[0])
+            if ran and not _pending(up[0]):
+                # The program is done (its outcome is recorded before its ends are
+                # closed) and nothing came but the end: no call to serve.
+                channel.close()
+            else:
+                await server.serve()
         ended = bool(ran)
     finally:
         if not ended and not finished.is_set():

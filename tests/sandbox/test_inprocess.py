@@ -9,6 +9,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+import protocol
 import sandbox
 from sandbox import Budget, Kind, Level
 
@@ -78,3 +79,31 @@ async def test_many_runs_at_once() -> None:
     assert {i: (r.ok, r.value, r.calls) for i, r in results.items()} == {
         i: (True, i, 1) for i in range(12)
     }
+
+
+async def test_the_server_runs_only_for_a_program_that_calls(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A program that ends without a call leaves nothing in the pipe but its end: the run
+    does not serve at all. One that calls, even without waiting for the answer, is
+    served, and its call counted."""
+    served: list[bool] = []
+    serve = protocol.Server.serve
+
+    async def counted(self: protocol.Server) -> None:
+        served.append(True)
+        await serve(self)
+
+    monkeypatch.setattr(protocol.Server, "serve", counted)
+    quiet = await sandbox.run("1", level=Level.IN_PROCESS)
+    assert (quiet.value, served) == (1, [])
+    calling = await sandbox.run("host.echo(2)", level=Level.IN_PROCESS, tools=[echo])
+    assert (calling.value, calling.calls, served) == (2, 1, [True])
+    fired = await sandbox.run(
+        "import asyncio\nasyncio.ensure_future(host.echo(3))\nawait asyncio.sleep(0)\n4",
+        level=Level.IN_PROCESS,
+        tools=[echo],
+    )
+    assert fired.value == 4
+    assert fired.calls == 1  # sent before the program ended: the host counted and served it
+    assert served == [True, True]
