@@ -44,6 +44,7 @@ from __future__ import annotations
 import codecs
 import contextlib
 import errno
+import functools
 import inspect
 import math
 import os
@@ -230,20 +231,16 @@ class _Output:
         return Output(text=text, truncated=self.total > len(self.data), total=self.total)
 
 
-def _wants_rlimits(budget: Budget, *, in_cgroups: frozenset[str]) -> bool:
-    """Whether :func:`_set_rlimits` has anything to set for ``budget`` (a budget of
-    defaults, with cgroups, has nothing: the run then skips the uid switch it needs)."""
-    return (
-        ("memory" not in in_cgroups and given(budget.max_memory) is not None)
-        or ("pids" not in in_cgroups and given(budget.max_processes) is not None)
-        or budget.max_cpu is not None
-        or budget.max_file_size is not None
-        or budget.max_open_files_per_process is not None
-    )
-
-
-def _set_rlimits(pid: int, budget: Budget, *, in_cgroups: frozenset[str]) -> None:
-    """Set the run's rlimits on its runner ``pid`` (every process it starts inherits them).
+def _set_rlimits(
+    pid: int,
+    budget: Budget,
+    *,
+    in_cgroups: frozenset[str],
+    access: Callable[[], contextlib.AbstractContextManager[object]],
+) -> None:
+    """Set the run's rlimits on its runner ``pid`` (every process it starts inherits them),
+    within ``access`` (what lets this thread set them: the run's uid, on a root host),
+    which a budget that asks for none (defaults, with cgroups) never enters.
 
     Where the run's cgroups do not limit memory or processes (``in_cgroups``: the
     controllers they have, of ``memory`` and ``pids``), two rlimits stand in (see
@@ -254,23 +251,42 @@ def _set_rlimits(pid: int, budget: Budget, *, in_cgroups: frozenset[str]) -> Non
     Raises:
         OSError: a limit could not be set.
     """
+    settings: list[Callable[[], object]] = []
     max_memory = given(budget.max_memory)
     if "memory" not in in_cgroups and max_memory is not None:
-        _lower_to(pid, resource.RLIMIT_DATA, _data_held(pid) + max_memory)
+        settings.append(functools.partial(_lower_data, pid, max_memory))
     if "pids" not in in_cgroups:
         max_processes = given(budget.max_processes)
         if max_processes is not None:
-            _lower_to(pid, resource.RLIMIT_NPROC, max_processes)
+            settings.append(functools.partial(_lower_to, pid, resource.RLIMIT_NPROC, max_processes))
     if budget.max_cpu is not None:
         # Whole seconds, per process: only a backstop, past the point where the host's CPU
         # watcher kills the run (should the host be too starved to read the run's CPU).
         soft = math.ceil(budget.max_cpu) + 1
-        resource.prlimit(pid, resource.RLIMIT_CPU, (soft, soft + 1))
+        settings.append(
+            functools.partial(resource.prlimit, pid, resource.RLIMIT_CPU, (soft, soft + 1))
+        )
     if budget.max_file_size is not None:
-        resource.prlimit(pid, resource.RLIMIT_FSIZE, (budget.max_file_size,) * 2)
+        size = budget.max_file_size
+        settings.append(
+            functools.partial(resource.prlimit, pid, resource.RLIMIT_FSIZE, (size, size))
+        )
     if budget.max_open_files_per_process is not None:
-        resource.prlimit(pid, resource.RLIMIT_NOFILE, (budget.max_open_files_per_process,) * 2)
+        files = budget.max_open_files_per_process
+        settings.append(
+            functools.partial(resource.prlimit, pid, resource.RLIMIT_NOFILE, (files, files))
+        )
     # (No core dumps: every child inherits RLIMIT_CORE 0 from the zygote's keeper.)
+    if settings:
+        with access():
+            for setting in settings:
+                setting()
+
+
+def _lower_data(pid: int, max_memory: int) -> None:
+    """``RLIMIT_DATA`` for ``max_memory`` above what ``pid`` holds now (see
+    :func:`_set_rlimits`)."""
+    _lower_to(pid, resource.RLIMIT_DATA, _data_held(pid) + max_memory)
 
 
 def _lower_to(pid: int, which: int, limit: int) -> None:
@@ -385,9 +401,6 @@ class _Run:
         self.cgroups = child.workspace.cgroups
         self.start_ch = FdChannel(*child.pipes.start_fds)
         self.call_ch = FdChannel(*child.pipes.call_fds)
-        # What the host reads each channel from (the channels' first descriptors).
-        self.start_fd = child.pipes.start_fds[0]
-        self.call_fd = child.pipes.call_fds[0]
         #: Cancelled to end the run early: at its CPU limit, when the child breaks the
         #: wire, when ``on_output`` raises.
         self.run_scope = anyio.CancelScope()
@@ -428,10 +441,14 @@ class _Run:
             self.cgroups.set_limits(
                 memory=given(budget.max_memory), pids=given(budget.max_processes)
             )
-        held = frozenset() if self.cgroups is None else self.cgroups.controllers()
-        if self.process.pid is not None and _wants_rlimits(budget, in_cgroups=held):
-            with self.child.workspace.limits_access():  # the run's own uid, on a root host
-                _set_rlimits(self.process.pid, budget, in_cgroups=held)
+        if self.process.pid is not None:
+            held = frozenset() if self.cgroups is None else self.cgroups.controllers()
+            _set_rlimits(
+                self.process.pid,
+                budget,
+                in_cgroups=held,
+                access=self.child.workspace.limits_access,  # the run's uid, on a root host
+            )
 
     async def _refused(self, reason: str) -> Ending:
         """A child that could not be made ready: no Start was sent; its stderr and exit
@@ -553,15 +570,16 @@ class _Run:
         """
         core = StarterCore()
         channel = self.start_ch
+        start_fd = self.child.pipes.start_fds[0]  # (what each channel reads from)
         later: dict[int, Callable[[], Coroutine[Any, Any, None]]] = {
-            self.call_fd: serve,
+            self.child.pipes.call_fds[0]: serve,
             self.stdout.fd: self.stdout.drain,
             self.stderr.fd: self.stderr.drain,
         }
         try:
             await channel.send_all(core.send_start(start))
             with select.epoll(len(later) + 1) as ready:
-                ready.register(self.start_fd, select.EPOLLIN)
+                ready.register(start_fd, select.EPOLLIN)
                 for fd in later:
                     ready.register(fd, select.EPOLLIN)
                 while True:
@@ -571,7 +589,7 @@ class _Run:
                         return item
                     await anyio.wait_readable(ready.fileno())
                     for fd, _ in ready.poll(0):
-                        if fd == self.start_fd:
+                        if fd == start_fd:
                             core.receive_data(await channel.receive())
                         else:
                             ready.unregister(fd)
