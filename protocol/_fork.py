@@ -144,6 +144,10 @@ class ForkRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
             channel (without cgroups, the host finds the run's processes in its tree).
         argv: ``cold`` only: the interpreter and its options; the descriptors and runner
             options are appended.
+        warm_up: ``warm`` only: the runner takes a small program from source to value
+            before it says ready (the pages that first run writes are then copied while it
+            waits: worth it for a child forked ahead of its run, such as a pool's, not for
+            one whose run is waiting for it).
     """
 
     mode: Annotated[str, msgspec.Meta(pattern="^(warm|cold)$")]
@@ -154,6 +158,7 @@ class ForkRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     start_timeout: Annotated[float, msgspec.Meta(ge=0)] = 60.0
     linger: bool = True
     argv: tuple[str, ...] = ()
+    warm_up: bool = True
 
 
 class Forked(msgspec.Struct, frozen=True, tag="forked", forbid_unknown_fields=True):

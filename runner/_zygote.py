@@ -624,8 +624,7 @@ def _warm_runner(request: ForkRequest, arguments: list[str], job: _Job) -> _main
     zygote prepared for its walls: ``job``'s view and PID 1)."""
     from . import _main
 
-    os.environ.clear()
-    os.environ.update(request.env)
+    _set_environ(request.env)
     sys.argv = ["-c", *arguments]
     _main._tie_to_parent(death_signal=False)
     return _main.Arguments(
@@ -638,7 +637,19 @@ def _warm_runner(request: ForkRequest, arguments: list[str], job: _Job) -> _main
         linger=request.linger,
         view=job.view,
         pid_one=job.pid_one,
+        warm_up=request.warm_up,
     )
+
+
+def _set_environ(env: dict[str, str]) -> None:
+    """Make ``os.environ`` (and the process's environment) ``env``, changing only what
+    differs from the zygote's: most of a run's environment is the zygote's already."""
+    environ = os.environ
+    for name in [name for name in environ if name not in env]:
+        del environ[name]
+    for name, value in env.items():
+        if environ.get(name) != value:
+            environ[name] = value
 
 
 def _build_shared_view(shared: _confine.SharedView) -> int | None:
@@ -765,6 +776,7 @@ def _prepare() -> None:
     # paths, in every child (runner._relocate); then the warm-up.
     _relocate.relocate()
     backend.prepare()
+    _main.keep_prepared(DEFAULT_BACKEND, backend)
     _warm_asyncio()
 
 

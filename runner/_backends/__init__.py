@@ -78,9 +78,12 @@ class Backend(Protocol):
     def prepare(self) -> None:
         """Load what running a program needs, before the Start arrives.
 
-        Called once, while the runner waits for nothing; whatever it imports is paid for
+        Called while the runner waits for nothing; whatever it imports is paid for
         before the parent's clock for the run starts (and, in a pool of warm runners,
-        before the runner is needed at all).
+        before the runner is needed at all). The zygote calls it once before it forks
+        runners, which use the same backend, and a runner forked ahead of its run calls
+        it again (for what its first run would write to pages it shares with the zygote):
+        it must be safe to call more than once.
         """
         ...
 

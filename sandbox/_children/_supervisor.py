@@ -343,8 +343,9 @@ class Child:
         #: A pool's: asks for this child's replacement (without waiting), once the run ends.
         self.refill: Callable[[], None] | None = None
 
-    def request(self, *, mode: Spawn, start_timeout: float) -> None:
-        """Ask the zygote for the child (at most once, retried on a fresh zygote once).
+    def request(self, *, mode: Spawn, start_timeout: float, ahead: bool) -> None:
+        """Ask the zygote for the child (at most once, retried on a fresh zygote once);
+        ``ahead``: the child is forked ahead of its run (a pool's), not for a run waiting.
 
         Raises:
             SpawnFailed: no zygote would take the request.
@@ -361,6 +362,7 @@ class Child:
             # hold them in its tree after its Result, and exits while the host reads it.
             linger=workspace.cgroups is None,
             argv=(sys.executable, "-I", "-S", "-c", *_RUNNER_BOOT),
+            warm_up=ahead,
         )
         for attempt in (1, 2):
             z = _zygote()
@@ -516,7 +518,7 @@ class Pool:
         """
         confined, use_cgroups, disk_bytes = kind
         child = Child(confined=confined, use_cgroups=use_cgroups, disk_bytes=disk_bytes)
-        child.request(mode=Spawn.POOL, start_timeout=0)
+        child.request(mode=Spawn.POOL, start_timeout=0, ahead=True)
         return child
 
     def take(
@@ -706,7 +708,7 @@ async def acquire(
 def _requested(spawn: Spawn, *, confined: bool, use_cgroups: bool, disk_bytes: int | None) -> Child:
     """A new child, requested from the zygote (a cold or a warm one)."""
     child = Child(confined=confined, use_cgroups=use_cgroups, disk_bytes=disk_bytes)
-    child.request(mode=spawn, start_timeout=60.0)
+    child.request(mode=spawn, start_timeout=60.0, ahead=False)
     return child
 
 

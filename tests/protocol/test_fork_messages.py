@@ -30,7 +30,7 @@ GOLDEN: list[tuple[Any, bytes]] = [
     (
         ForkRequest(mode="warm", workdir="/tmp/w", env={"HOME": "/tmp/w"}),
         b'{"mode":"warm","workdir":"/tmp/w","env":{"HOME":"/tmp/w"},"cgroups":[],'
-        b'"confine":"","start_timeout":60.0,"linger":true,"argv":[]}',
+        b'"confine":"","start_timeout":60.0,"linger":true,"argv":[],"warm_up":true}',
     ),
     (
         ForkRequest(
@@ -42,11 +42,12 @@ GOLDEN: list[tuple[Any, bytes]] = [
             start_timeout=0.0,
             linger=False,
             argv=("/usr/bin/python3", "-I", "-S"),
+            warm_up=False,
         ),
         b'{"mode":"cold","workdir":"/tmp/w","env":{},'
         b'"cgroups":["/sys/fs/cgroup/pids/run-1-a/cgroup.procs"],'
         b'"confine":"{\\"workdir\\":\\"/tmp/w\\",\\"disk_bytes\\":null}","start_timeout":0.0,'
-        b'"linger":false,"argv":["/usr/bin/python3","-I","-S"]}',
+        b'"linger":false,"argv":["/usr/bin/python3","-I","-S"],"warm_up":false}',
     ),
     (Forked(pid=42), b'{"type":"forked","pid":42}'),
     (Moved(pid=43), b'{"type":"moved","pid":43}'),

@@ -328,3 +328,50 @@ async def test_asyncio_in_a_child_is_as_new_after_the_zygotes_warm_up(level: Lev
     result = await sandbox.run(program, level=level)
     assert result.ok, result.error
     assert result.value == ["slept", "ran"]
+
+
+async def test_only_a_child_forked_ahead_warms_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pool's child, forked ahead of its run, warms its path before it says ready; a
+    child forked for a run that waits for it does not (that run would wait for it too)."""
+    from protocol import ForkRequest as real
+
+    asked: list[bool] = []
+
+    def recorded(**fields: object) -> object:
+        request = real(**fields)  # type: ignore[arg-type]
+        asked.append(request.warm_up)
+        return request
+
+    monkeypatch.setattr(_supervisor, "ForkRequest", recorded)
+    result = await sandbox.run("1", spawn=Spawn.ZYGOTE)
+    assert (result.ok, asked) == (True, [False])
+    with Pool(size=1) as pool:
+        result = await sandbox.run("1", spawn=pool)
+        assert result.ok, result.error
+    # The pool's first child, then at least one made to take its place (also ahead).
+    assert len(asked) >= 2, asked
+    assert all(asked[1:]), asked
+
+
+@pytest.mark.parametrize("level", CHILD_LEVELS)
+async def test_a_child_has_exactly_the_runs_environment(level: Level) -> None:
+    """The zygote's child changes only what differs from the zygote's environment: the
+    program still sees the run's, whole, in ``os.environ`` and in the C library's."""
+    program = (
+        "import ctypes, os\n"
+        "getenv = ctypes.CDLL(None).getenv\n"
+        "getenv.restype = ctypes.c_char_p\n"
+        "c_level = {name: getenv(name.encode()).decode() for name in os.environ}\n"
+        "[dict(os.environ), c_level, os.getcwd()]"
+    )
+    result = await sandbox.run(program, level=level)
+    assert result.ok, result.error
+    environ, c_level, cwd = result.value
+    assert environ == c_level
+    assert environ == {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": cwd,
+        "TMPDIR": cwd,
+        "LANG": "C.UTF-8",
+        "PYTHONIOENCODING": "utf-8",
+    }
