@@ -116,6 +116,38 @@ async def test_a_host_without_a_memory_cgroup_runs_without_the_memory_default(
         applied_budget(Level.PROCESS, Budget(max_memory=64 << 20))
 
 
+def test_a_budget_applied_once_is_not_worked_out_again_while_the_gaps_stand(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same budget at the same level gets the same answer, not worked out again; once
+    the level's gaps change (the host's cgroups, here patched), it is worked out anew."""
+    import sandbox._engine._levels as levels
+
+    budget = Budget(wall_clock=7)
+    enforced_before = "max_memory" not in levels._gaps(Level.PROCESS)
+    first = applied_budget(Level.PROCESS, budget)
+    assert applied_budget(Level.PROCESS, Budget(wall_clock=7)) is first
+    assert first.wall_clock == 7
+    worked_out: list[Budget] = []
+    real = levels.with_defaults
+
+    def counted(level: Level, asked: Budget) -> Budget:
+        worked_out.append(asked)
+        return real(level, asked)
+
+    monkeypatch.setattr(levels, "with_defaults", counted)
+    assert applied_budget(Level.PROCESS, budget) is first
+    assert worked_out == []
+    lost = {"max_memory": "no memory cgroup"}
+    monkeypatch.setattr(levels, "_enforcement", lambda level: (lost, {}))
+    again = applied_budget(Level.PROCESS, budget)
+    assert worked_out == [budget]
+    assert again.max_memory is None
+    assert first.max_memory == (DEFAULTS["max_memory"] if enforced_before else None)
+    monkeypatch.setitem(DEFAULTS, "wall_clock", 5.0)  # a default changed: worked out anew
+    assert applied_budget(Level.PROCESS, Budget()).wall_clock == 5.0
+
+
 def test_every_command_and_the_plane_get_the_same_defaults() -> None:
     """``run``, ``serve`` and ``agent`` with no budget option make Budget(), which has the
     API's defaults; the plane's program tool and a serve session that asks to lift an item
