@@ -85,7 +85,7 @@ from .._errors import SpawnFailed
 from ._pipes import open_pipes
 from ._remains import REMAINS
 from ._runner import RunnerProcess
-from ._workspace import Workspace, disk_files
+from ._workspace import SPARES, Workspace, disk_files
 
 __all__ = ["WORKDIR_PREFIX", "Child", "Pool", "Spawn", "acquire", "shutdown", "zygote_pid"]
 
@@ -318,21 +318,27 @@ class Child:
     """
 
     def __init__(
-        self, *, confined: bool, use_cgroups: bool, disk_bytes: int | None = DEFAULT_DISK_BYTES
+        self,
+        *,
+        confined: bool,
+        use_cgroups: bool,
+        disk_bytes: int | None = DEFAULT_DISK_BYTES,
+        workspace: Workspace | None = None,
     ) -> None:
         """Make the run's working directory, cgroups (no limits yet) and pipes; for a
         confined run on a root host, lease its uid (:mod:`sandbox._uid`).
 
         ``disk_bytes``: a confined run's file system (its working directory and ``/tmp``;
         None: no bound but memory); the host's working directory stays empty.
+        ``workspace``: one made ahead for a child of this kind, taken instead.
 
         Raises:
             SpawnFailed: they could not be made (nothing is left behind).
         """
         self.confined = confined
-        self.workspace = Workspace(
-            confined=confined, use_cgroups=use_cgroups, disk_bytes=disk_bytes
-        )
+        if workspace is None:
+            workspace = Workspace(confined=confined, use_cgroups=use_cgroups, disk_bytes=disk_bytes)
+        self.workspace = workspace
         try:
             self.pipes, self.ready, report = open_pipes()
         except OSError as exc:
@@ -548,7 +554,9 @@ class Pool:
                 elif child.ready_now() is False:  # died while idle: not for a run
                     dead.append(child)
                     continue
-                child.refill = functools.partial(_refiller.submit, self, *kind)
+                child.refill = functools.partial(
+                    _background.submit, functools.partial(self.refill, *kind)
+                )
                 return child
         finally:
             for child in dead:
@@ -640,30 +648,30 @@ class Pool:
         await anyio.to_thread.run_sync(self.close)
 
 
-class _Refiller:
-    """One background thread that tops pools up, so that no run waits for a refill."""
+class _Background:
+    """One background thread that makes what runs will need (a pool's children, the
+    workspaces of runs forked on demand), so that no run waits for it."""
 
     def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[tuple[Pool, bool, bool, int | None]] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[Callable[[], object]] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._start = threading.Lock()
 
-    def submit(self, pool: Pool, confined: bool, use_cgroups: bool, disk_bytes: int | None) -> None:
+    def submit(self, work: Callable[[], object]) -> None:
         with self._start:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
-                    target=self._work, name="sandbox-pool-refill", daemon=True
+                    target=self._work, name="sandbox-ahead", daemon=True
                 )
                 self._thread.start()
-        self._queue.put((pool, confined, use_cgroups, disk_bytes))
+        self._queue.put(work)
 
     def _work(self) -> None:
         while True:
-            pool, confined, use_cgroups, disk_bytes = self._queue.get()
-            pool.refill(confined, use_cgroups, disk_bytes)
+            self._queue.get()()
 
 
-_refiller = _Refiller()
+_background = _Background()
 _default_pool: Pool | None = None
 
 
@@ -706,9 +714,17 @@ async def acquire(
 
 
 def _requested(spawn: Spawn, *, confined: bool, use_cgroups: bool, disk_bytes: int | None) -> Child:
-    """A new child, requested from the zygote (a cold or a warm one)."""
-    child = Child(confined=confined, use_cgroups=use_cgroups, disk_bytes=disk_bytes)
+    """A new child, requested from the zygote (a cold or a warm one), in the workspace made
+    ahead for its kind if there is one; the next run's is made in the background."""
+    kind = (confined, use_cgroups, disk_bytes if confined else None)
+    child = Child(
+        confined=confined,
+        use_cgroups=use_cgroups,
+        disk_bytes=disk_bytes,
+        workspace=SPARES.take(kind),
+    )
     child.request(mode=spawn, start_timeout=60.0, ahead=False)
+    _background.submit(functools.partial(SPARES.make, kind))
     return child
 
 
@@ -719,6 +735,7 @@ def shutdown() -> None:
     _default_pool = None
     for pool in list(_pools):
         pool.close()
+    SPARES.close()
     REMAINS.wait_empty(_CLEAR_DEADLINE * 2)  # the zygote must report the runs' reaping
     with _lock:
         pairs = [*_retired, *([_current] if _current is not None else [])]

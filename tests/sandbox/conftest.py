@@ -18,6 +18,7 @@ import sandbox
 from protocol import CGROUP_PREFIX
 from sandbox import Pool, Spawn
 from sandbox._children import REMAINS, _supervisor, hierarchy
+from sandbox._children._workspace import SPARES, Workspace
 
 SPAWN_MODES = [Spawn.COLD, Spawn.ZYGOTE, Spawn.POOL]
 _RUN = sandbox.run
@@ -110,25 +111,32 @@ def _idle_children() -> list[_supervisor.Child]:
     return [child for pool in list(_supervisor._pools) for child in pool.idle()]
 
 
+def _held_workspaces() -> list[Workspace]:
+    """The workspaces held for runs to come: a pool's idle children's, and those made
+    ahead for runs forked on demand."""
+    return [child.workspace for child in _idle_children()] + SPARES.held()
+
+
 def run_dirs() -> set[str]:
-    """This host's runs' working directories that still exist (not a pool's idle child's)."""
+    """This host's runs' working directories that still exist (not one held for a run to
+    come)."""
     prefix = f"{_supervisor.WORKDIR_PREFIX}{os.getpid()}-"
-    held = {Path(child.workspace.workdir).name for child in _idle_children()}
+    held = {Path(workspace.workdir).name for workspace in _held_workspaces()}
     return {p.name for p in Path(tempfile.gettempdir()).glob(f"{prefix}*")} - held
 
 
 def run_cgroups() -> set[Path]:
     """This host's per-run cgroup directories that exist now, under every controller (not
-    a pool's idle child's)."""
+    one held for a run to come)."""
     found: set[Path] = set()
     for base in hierarchy().bases():
         if base.is_dir():
             found.update(base.glob(f"{CGROUP_PREFIX}{os.getpid()}-*"))
     held = {
         path
-        for child in _idle_children()
-        if child.workspace.cgroups is not None
-        for path in child.workspace.cgroups.dirs.values()
+        for workspace in _held_workspaces()
+        if workspace.cgroups is not None
+        for path in workspace.cgroups.dirs.values()
     }
     return found - held
 

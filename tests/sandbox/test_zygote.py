@@ -19,7 +19,8 @@ import pytest
 
 import sandbox
 from sandbox import Budget, Level, Pool, Spawn
-from sandbox._children import Child, _supervisor, hierarchy
+from sandbox._children import REMAINS, Child, _supervisor, hierarchy
+from sandbox._children._workspace import SPARES, Workspace
 from sandbox._engine._levels import cgroups_usable
 from tests.host import child_levels
 
@@ -375,3 +376,38 @@ async def test_a_child_has_exactly_the_runs_environment(level: Level) -> None:
         "LANG": "C.UTF-8",
         "PYTHONIOENCODING": "utf-8",
     }
+
+
+def _made_ahead(seconds: float = 10.0) -> list[Workspace]:
+    """The workspaces made ahead for runs forked on demand, once there is one."""
+    deadline = time.monotonic() + seconds
+    while not SPARES.held() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return SPARES.held()
+
+
+async def test_a_run_forked_on_demand_takes_the_workspace_made_ahead() -> None:
+    """Each run forked on demand leaves the next one's workspace made in the background;
+    the next run of that kind works in it, and leaves another."""
+    SPARES.close()
+    first = await sandbox.run("1", spawn=Spawn.ZYGOTE)
+    assert first.ok, first.error
+    (ahead,) = _made_ahead()
+    assert await anyio.Path(ahead.workdir).is_dir()
+    second = await sandbox.run("import os\nos.getcwd()", spawn=Spawn.ZYGOTE)
+    assert (second.ok, second.value) == (True, ahead.workdir), second.error
+    (after,) = _made_ahead()
+    assert after is not ahead
+    assert REMAINS.wait_empty(30.0)
+    assert not await anyio.Path(ahead.workdir).exists()  # (the run's, with its remains)
+
+
+async def test_closing_the_host_removes_the_workspaces_made_ahead() -> None:
+    result = await sandbox.run("1", spawn=Spawn.ZYGOTE, level=Level.PROCESS)
+    assert result.ok, result.error
+    (ahead,) = _made_ahead()
+    cgroups = [] if ahead.cgroups is None else list(ahead.cgroups.dirs.values())
+    SPARES.close()
+    assert SPARES.held() == []
+    assert not await anyio.Path(ahead.workdir).exists()
+    assert [path for path in cgroups if await anyio.Path(path).exists()] == []
