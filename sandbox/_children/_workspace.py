@@ -33,7 +33,7 @@ from typing import Final
 from protocol import CGROUP_PREFIX, WORKDIR_PREFIX
 from runner import default_disk_files
 
-from .._errors import SpawnFailed
+from .._errors import SandboxError, SpawnFailed
 from . import _uid
 from ._cgroups import CgroupSet
 
@@ -200,7 +200,7 @@ class Spares:
             confined, use_cgroups, disk_bytes = kind
             try:
                 made = Workspace(confined=confined, use_cgroups=use_cgroups, disk_bytes=disk_bytes)
-            except (SpawnFailed, OSError):
+            except (SandboxError, OSError):  # (SpawnFailed; a bad SANDBOX_CGROUP)
                 return
             with self._lock:
                 if self._closed or kind in self._kept:

@@ -92,3 +92,24 @@ def test_close_waits_for_one_being_made_and_removes_it(monkeypatch: pytest.Monke
     (made,) = _Fake.made
     assert made.removed
     assert spares.held() == []
+
+
+def test_a_workspace_that_cannot_be_made_is_left_to_the_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Making one ahead fails quietly, whatever the reason (the run that makes its own
+    says it); nothing is kept, and the next attempt tries again."""
+    from sandbox import CgroupSettingError, SpawnFailed
+
+    spares = Spares()
+    for error in (SpawnFailed("no uid left"), OSError("no room"), CgroupSettingError("bad")):
+
+        def failing(*, raised: Exception = error, **kind: object) -> None:
+            raise raised
+
+        monkeypatch.setattr(_workspace, "Workspace", failing)
+        spares.make((False, True, None))
+        assert spares.held() == []
+    monkeypatch.setattr(_workspace, "Workspace", _Fake)
+    spares.make((False, True, None))
+    assert len(spares.held()) == 1
