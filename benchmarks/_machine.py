@@ -30,10 +30,12 @@ __all__ = [
     "ROOT",
     "changed_sources",
     "cpu_model",
+    "cpu_ticks",
     "environment",
     "git_head",
     "report_head",
     "source_digest",
+    "stolen_share",
     "version",
     "write_report",
 ]
@@ -66,6 +68,47 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+#: The columns of ``/proc/stat``'s ``cpu`` line, in clock ticks since boot, all CPUs.
+_CPU_COLUMNS: Final = (
+    "user",
+    "nice",
+    "system",
+    "idle",
+    "iowait",
+    "irq",
+    "softirq",
+    "steal",
+)
+
+
+def cpu_ticks() -> dict[str, int] | None:
+    """The machine's CPU time so far by kind (``/proc/stat``), None where there is none.
+
+    ``steal`` is the time a virtual machine's CPUs were ready to run and the hypervisor ran
+    something else (another tenant): over a benchmark's window, the share of it says how
+    much of the machine the run did not have.
+    """
+    try:
+        with open("/proc/stat", encoding="ascii") as stat:
+            fields = stat.readline().split()
+    except OSError:
+        return None
+    if not fields or fields[0] != "cpu":
+        return None
+    return {name: int(value) for name, value in zip(_CPU_COLUMNS, fields[1:], strict=False)}
+
+
+def stolen_share(start: dict[str, int] | None, end: dict[str, int] | None) -> float | None:
+    """The share of all CPU time between two :func:`cpu_ticks` that was stolen (None if
+    either is missing or no time passed)."""
+    if not start or not end:
+        return None
+    total = sum(end[k] - start[k] for k in _CPU_COLUMNS if k in start and k in end)
+    if total <= 0 or "steal" not in start or "steal" not in end:
+        return None
+    return (end["steal"] - start["steal"]) / total
+
+
 def environment(argv: list[str], extra_packages: Iterable[str] = ()) -> dict[str, Any]:
     """What the numbers depend on: versions, machine, date, command line, load.
 
@@ -74,7 +117,8 @@ def environment(argv: list[str], extra_packages: Iterable[str] = ()) -> dict[str
         extra_packages: distributions to record beside :data:`DEFAULT_PACKAGES`.
 
     Returns:
-        A JSON-ready dict; ``loadavg_at_start`` is the load average now.
+        A JSON-ready dict; ``loadavg_at_start`` is the load average now, and
+        ``cpu_ticks_at_start`` the machine's CPU time so far (:func:`cpu_ticks`).
     """
     uname = platform.uname()
     packages = dict.fromkeys((*DEFAULT_PACKAGES, *extra_packages))
@@ -92,6 +136,7 @@ def environment(argv: list[str], extra_packages: Iterable[str] = ()) -> dict[str
         "cpu_count": os.cpu_count(),
         "cpu_model": cpu_model(),
         "loadavg_at_start": list(os.getloadavg()),
+        "cpu_ticks_at_start": cpu_ticks(),
     }
 
 

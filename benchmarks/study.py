@@ -105,7 +105,7 @@ import sandbox._children._supervisor
 import sandbox._engine._levels
 from sandbox._children._remains import REMAINS
 
-from ._machine import ROOT, changed_sources, environment, git_head
+from ._machine import ROOT, changed_sources, cpu_ticks, environment, git_head, stolen_share
 from .bench_levels import _KILLED, ECHO, SPAWNS, children_left, pstats, spawn_batch
 from .bench_wire import RAW, Bench, make_benches, run_session, summarize, value_of
 
@@ -1723,6 +1723,7 @@ def run_study(
             sandbox._children._supervisor.shutdown()
     wall = time.perf_counter() - t0
     meta["loadavg_at_end"] = list(os.getloadavg())
+    meta["cpu_stolen_share"] = stolen_share(meta.get("cpu_ticks_at_start"), cpu_ticks())
     meta["wall_seconds"] = round(wall, 2)
     meta["sources_changed_during_run"] = changed_sources(
         meta["git"].get("measured_sources", {}), ROOT
@@ -2068,6 +2069,7 @@ def _machine_lines(env: dict[str, Any]) -> list[str]:
     versions = env.get("versions", {})
     load0 = env.get("loadavg_at_start") or []
     load1 = env.get("loadavg_at_end") or []
+    stolen = env.get("cpu_stolen_share")
     return [
         "| fact | value |",
         "|---|---|",
@@ -2088,6 +2090,20 @@ def _machine_lines(env: dict[str, Any]) -> list[str]:
         + " |",
         f"| load average (1, 5, 15 min) | start {', '.join(f'{x:.2f}' for x in load0)}; "
         f"end {', '.join(f'{x:.2f}' for x in load1)} |",
+        *(
+            []
+            if "cpu_stolen_share" not in env  # (a study from before this was recorded)
+            else [
+                "| CPU time stolen by the hypervisor during the study (steal, `/proc/stat`) | "
+                + (
+                    "not known here"
+                    if stolen is None
+                    else f"{stolen:.1%} of all CPU time: the share the other tenants of this "
+                    "machine's host took"
+                )
+                + " |"
+            ]
+        ),
         f"| cgroups usable | {env.get('cgroups_usable')} |",
         f"| wall time of the study | {env.get('wall_seconds', 'n/a')} s |",
         f"| command line | `{shlex.join(env.get('command_line') or [])}` |",

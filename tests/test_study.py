@@ -7,6 +7,7 @@ Nothing here asserts on speed: only that every number is there and sane.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -163,6 +164,10 @@ def test_smoke_run_measures_every_cell(tmp_path: Path) -> None:
     for package in ("anyio", "msgspec", "trio", "psutil"):
         assert env["versions"][package], package
     assert "commit" in env["git"]
+    assert set(env["cpu_ticks_at_start"]) >= {"user", "system", "idle", "steal"}
+    assert 0 <= env["cpu_stolen_share"] <= 1
+    page = (tmp_path / "RESULTS.md").read_text(encoding="utf-8")
+    assert f"{env['cpu_stolen_share']:.1%} of all CPU time" in page
 
     _check_latency(doc)
     _check_sustained(doc)
@@ -358,6 +363,27 @@ def _row(lines: list[str], start: str) -> str:
 
 
 @pytest.mark.slow
+def test_the_share_of_cpu_time_stolen_is_steal_over_all() -> None:
+    """Steal over every kind of CPU time between the two readings; not known when either
+    reading is missing or no time passed."""
+    from benchmarks._machine import cpu_ticks, stolen_share
+
+    start = dict.fromkeys(("user", "nice", "system", "idle", "iowait", "irq", "softirq"), 0)
+    start["steal"] = 0
+    end = {**start, "user": 50, "idle": 30, "steal": 20}
+    assert stolen_share(start, end) == pytest.approx(0.2)
+    assert stolen_share(start, start) is None
+    assert stolen_share(None, end) is None
+    here = cpu_ticks()
+    assert here is not None  # (Linux)
+    deadline = time.monotonic() + 0.05
+    while time.monotonic() < deadline:  # some ticks pass (they are 10 ms)
+        pass
+    share = stolen_share(here, cpu_ticks())
+    assert share is not None
+    assert 0 <= share <= 1
+
+
 def test_render_from_json_alone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``--render`` of a hand-written JSON writes RESULTS.md with every table, issue 15's
     targets with their floor, goal, verdict (against the floor) and whether the goal is
