@@ -1977,7 +1977,9 @@ def plot_memory(doc: dict[str, Any], path: Path) -> None:
         [b[1] for b in bars],
         width,
         label="USS (mean)",
-        yerr=[[0] * len(bars), [b[2] - b[1] for b in bars]],
+        # (max - mean: never below 0, but the mean of equal samples can come out a
+        # rounding above them, and matplotlib refuses a negative error bar)
+        yerr=[[0] * len(bars), [max(b[2] - b[1], 0.0) for b in bars]],
         capsize=3,
     )
     ax.bar([x + width / 2 for x in xs], [b[3] for b in bars], width, label="PSS (mean)")
