@@ -41,7 +41,9 @@ async def run(
 
     The program's value is its last expression. Whatever the program does, this returns a
     :class:`RunResult` (failures included) and leaves no process, descriptor or temporary
-    directory behind; cancelling the caller's task waits until the child is reaped.
+    directory of its own behind; cancelling the caller's task waits until the child is
+    reaped. (What the host keeps for runs to come is not a run's: a pool's idle children,
+    and the workspace made ahead for the next run forked on demand; see the README.)
 
     Args:
         program: Python source; top-level ``await`` is allowed.
