@@ -2072,6 +2072,18 @@ def _machine_lines(env: dict[str, Any]) -> list[str]:
     load0 = env.get("loadavg_at_start") or []
     load1 = env.get("loadavg_at_end") or []
     stolen = env.get("cpu_stolen_share")
+    stolen_rows: list[str] = []
+    if "cpu_stolen_share" in env:  # (not in a study from before it was recorded)
+        shown = (
+            "not known here"
+            if stolen is None
+            else f"{stolen:.1%} of all CPU time: the share the other tenants of this "
+            "machine's host took"
+        )
+        stolen_rows.append(
+            "| CPU time stolen by the hypervisor during the study (steal, `/proc/stat`) | "
+            f"{shown} |"
+        )
     return [
         "| fact | value |",
         "|---|---|",
@@ -2092,20 +2104,7 @@ def _machine_lines(env: dict[str, Any]) -> list[str]:
         + " |",
         f"| load average (1, 5, 15 min) | start {', '.join(f'{x:.2f}' for x in load0)}; "
         f"end {', '.join(f'{x:.2f}' for x in load1)} |",
-        *(
-            []
-            if "cpu_stolen_share" not in env  # (a study from before this was recorded)
-            else [
-                "| CPU time stolen by the hypervisor during the study (steal, `/proc/stat`) | "
-                + (
-                    "not known here"
-                    if stolen is None
-                    else f"{stolen:.1%} of all CPU time: the share the other tenants of this "
-                    "machine's host took"
-                )
-                + " |"
-            ]
-        ),
+        *stolen_rows,
         f"| cgroups usable | {env.get('cgroups_usable')} |",
         f"| wall time of the study | {env.get('wall_seconds', 'n/a')} s |",
         f"| command line | `{shlex.join(env.get('command_line') or [])}` |",

@@ -85,7 +85,7 @@ from .._errors import SpawnFailed
 from ._pipes import open_pipes
 from ._remains import REMAINS
 from ._runner import RunnerProcess
-from ._workspace import SPARES, Workspace, disk_files
+from ._workspace import SPARES, Kind, Workspace, disk_files, kind_of
 
 __all__ = ["WORKDIR_PREFIX", "Child", "Pool", "Spawn", "acquire", "shutdown", "zygote_pid"]
 
@@ -507,7 +507,7 @@ class Pool:
         if not isinstance(size, int) or size < 1:
             raise ValueError(f"a pool's size must be a positive integer, not {size!r}")
         self.size = size
-        self._idle: dict[tuple[bool, bool, int | None], deque[Child]] = {}
+        self._idle: dict[Kind, deque[Child]] = {}
         self._lock = threading.Lock()
         # Children being made for the pool, outside the lock; close() waits for them.
         self._making = 0
@@ -516,7 +516,7 @@ class Pool:
         _pools.add(self)
 
     @staticmethod
-    def _make(kind: tuple[bool, bool, int | None]) -> Child:
+    def _make(kind: Kind) -> Child:
         """One child for the pool (or for the run that found it empty).
 
         Raises:
@@ -540,7 +540,7 @@ class Pool:
         Raises:
             SpawnFailed: no child could be made.
         """
-        kind = (confined, use_cgroups, disk_bytes if confined else None)
+        kind = kind_of(confined, use_cgroups, disk_bytes)
         dead: list[Child] = []
         try:
             while True:
@@ -571,7 +571,7 @@ class Pool:
         Each child is made without the pool's lock held, so that a run taking an idle
         child never waits for one being made.
         """
-        kind = (confined, use_cgroups, disk_bytes if confined else None)
+        kind = kind_of(confined, use_cgroups, disk_bytes)
         while True:
             with self._lock:
                 idle = self._idle.setdefault(kind, deque())
@@ -586,7 +586,7 @@ class Pool:
                     self._making -= 1
                     self._made.notify_all()
 
-    def _make_one(self, kind: tuple[bool, bool, int | None], idle: deque[Child]) -> bool:
+    def _make_one(self, kind: Kind, idle: deque[Child]) -> bool:
         """Make a child and add it to ``idle``; False if it could not be made, or if the
         pool closed meanwhile (the child is then discarded, before :meth:`close` is told
         it may go on)."""
@@ -716,7 +716,7 @@ async def acquire(
 def _requested(spawn: Spawn, *, confined: bool, use_cgroups: bool, disk_bytes: int | None) -> Child:
     """A new child, requested from the zygote (a cold or a warm one), in the workspace made
     ahead for its kind if there is one; the next run's is made in the background."""
-    kind = (confined, use_cgroups, disk_bytes if confined else None)
+    kind = kind_of(confined, use_cgroups, disk_bytes)
     child = Child(
         confined=confined,
         use_cgroups=use_cgroups,

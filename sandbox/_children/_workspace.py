@@ -37,7 +37,7 @@ from .._errors import SandboxError, SpawnFailed
 from . import _uid
 from ._cgroups import CgroupSet
 
-__all__ = ["CONFINED_WORKDIR", "SPARES", "Spares", "Workspace", "disk_files"]
+__all__ = ["CONFINED_WORKDIR", "SPARES", "Kind", "Spares", "Workspace", "disk_files", "kind_of"]
 
 #: A confined program's working directory, inside its view (also its ``HOME`` and
 #: ``TMPDIR``): a directory of the run's own file system, the same for every run (each run
@@ -154,8 +154,16 @@ class Workspace:
         self.lease = None
 
 
-#: What a workspace is made for: (confined, use_cgroups, disk_bytes).
+#: What a workspace is made for: (confined, use_cgroups, disk_bytes); see :func:`kind_of`.
 Kind = tuple[bool, bool, int | None]
+
+
+def kind_of(confined: bool, use_cgroups: bool, disk_bytes: int | None) -> Kind:
+    """The kind of workspace a child of these needs (and of child a pool keeps): only a
+    confined run has a file system of its own, so the size matters only there."""
+    return (confined, use_cgroups, disk_bytes if confined else None)
+
+
 #: The most kinds of workspace kept ahead at once (beyond, the oldest kind's goes).
 _SPARE_KINDS: Final = 4
 
