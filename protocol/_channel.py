@@ -101,6 +101,25 @@ class FdChannel:
                 await anyio.lowlevel.checkpoint()
             return data
 
+    def receive_nowait(self, max_bytes: int = _READ_CHUNK) -> bytes | None:
+        """Bytes from the peer if any are there now (``b""`` at its EOF); ``None`` if none.
+
+        Never waits, never yields to the event loop.
+
+        Raises:
+            anyio.ClosedResourceError: the channel was closed.
+            anyio.BrokenResourceError: the descriptor failed (not a clean EOF).
+        """
+        if self._closed:
+            raise anyio.ClosedResourceError
+        size = min(max(max_bytes, _READ_CHUNK), _MAX_READ_CHUNK)
+        try:
+            return os.read(self._read_fd, size)
+        except BlockingIOError:
+            return None
+        except OSError as exc:
+            raise _translate(exc) from exc
+
     def try_write(self, data: bytes | bytearray | memoryview) -> int:
         """Write what the kernel takes now, without waiting; returns the bytes written.
 

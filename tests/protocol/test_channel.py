@@ -66,3 +66,21 @@ async def test_a_reused_descriptor_number_is_not_lost_to_the_old_waiter() -> Non
         new.close()
         os.close(w)
         os.close(w2)
+
+
+async def test_receive_nowait_reads_what_is_there_and_never_waits() -> None:
+    r, w = os.pipe()
+    channel = FdChannel(r, r)
+    try:
+        assert channel.receive_nowait() is None  # nothing yet: no wait, no error
+        os.write(w, b"abc")
+        assert channel.receive_nowait() == b"abc"
+        assert channel.receive_nowait() is None
+        os.write(w, b"d" * 10)
+        os.close(w)
+        assert channel.receive_nowait(4) == b"d" * 10  # at least a chunk is asked for
+        assert channel.receive_nowait() == b""  # the peer's EOF
+    finally:
+        channel.close()
+    with pytest.raises(anyio.ClosedResourceError):
+        channel.receive_nowait()

@@ -1,0 +1,112 @@
+"""How the host reads a run's Result: what is in the pipe is read at once, without a trip
+through the event loop for each piece, and the loop still gets a turn every few pieces (a
+child that writes without pause must not starve the wall clock or cancellation)."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from types import SimpleNamespace
+from typing import Any, cast
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+import sandbox
+from protocol import VERSION, FdChannel, Result, Start, StartBudget, frame_message
+from sandbox._engine import _process
+
+pytestmark = pytest.mark.anyio
+
+RESULT_ID = "r" * 32
+
+
+class _CountingChannel(FdChannel):
+    """An FdChannel that counts the reads :meth:`receive_nowait` made."""
+
+    reads = 0
+
+    def receive_nowait(self, max_bytes: int = 1 << 16) -> bytes | None:
+        data = super().receive_nowait(max_bytes)
+        if data:
+            type(self).reads += 1
+        return data
+
+
+@contextmanager
+def _pipes(count: int) -> Iterator[list[tuple[int, int]]]:
+    with ExitStack() as stack:
+        made = []
+        for _ in range(count):
+            r, w = os.pipe()
+            stack.callback(os.close, w)
+            stack.callback(os.close, r)
+            made.append((r, w))
+        yield made
+
+
+async def test_a_result_already_in_the_pipe_is_read_whole_and_the_loop_gets_turns() -> None:
+    value = '"' + "v" * (900 << 10) + '"'
+    frame = frame_message(
+        Result(v=VERSION, result_id=RESULT_ID, ok=True, value=value, calls=0, bytes=0)
+    )
+    # The channel is the host's end of two pipes: up (the child's Result) and down.
+    up_r, up_w = os.pipe()
+    down_r, down_w = os.pipe()
+    channel = _CountingChannel(up_r, down_w)
+    with _pipes(3) as ((call_r, _), (out_r, _), (err_r, _)), ExitStack() as stack:
+        stack.callback(channel.close)
+        stack.callback(os.close, up_w)
+        stack.callback(os.close, down_r)
+        # The whole Result waits in the pipe before the host sends its Start, as when
+        # a child writes faster than the host reads: every read finds data.
+        fcntl.fcntl(up_w, fcntl.F_SETPIPE_SZ, 1 << 20)
+        assert os.write(up_w, frame) == len(frame)
+        _CountingChannel.reads = 0
+
+        async def serve() -> None:
+            raise AssertionError("nothing but the Result was written")
+
+        run = SimpleNamespace(
+            start_ch=channel,
+            child=SimpleNamespace(
+                pipes=SimpleNamespace(start_fds=(up_r, down_w), call_fds=(call_r, -1))
+            ),
+            stdout=SimpleNamespace(fd=out_r, drain=serve),
+            stderr=SimpleNamespace(fd=err_r, drain=serve),
+        )
+        start = Start(
+            v=VERSION, program="1", bindings=(), budget=StartBudget(), result_id=RESULT_ID
+        )
+        turns: list[int] = []  # the reads done when the other task ran
+        done = False
+
+        async def other_task() -> None:
+            while not done:
+                turns.append(_CountingChannel.reads)
+                await anyio.lowlevel.checkpoint()
+
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(other_task)
+                await anyio.lowlevel.checkpoint()
+                result = await _process._Run._await_result(cast(Any, run), start, tg, serve)
+                done = True
+    assert result.value == value
+    reads = _CountingChannel.reads
+    assert reads >= len(frame) >> 16 >= 9  # in pieces of at most 64 KiB
+    between = [n for n in turns if 0 < n < reads]
+    # Every eighth read gives the loop a turn; without them the other task would see
+    # only "before" and "after".
+    assert len(between) >= (reads - 1) // 8 >= 1, (reads, turns)
+
+
+@pytest.mark.parametrize("level", ["in_process", "process"])
+async def test_a_value_of_several_mib_comes_back_whole(level: str) -> None:
+    size = 5 << 20
+    result = await sandbox.run(f"'ab' * {size // 2}", level=level)
+    assert result.ok, result.error
+    assert result.value == "ab" * (size // 2)
