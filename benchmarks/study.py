@@ -12,7 +12,7 @@ Theory of operation
 -------------------
 A *cell* is one thing measured: a level (``in_process``, ``process``, ``confined``) with,
 for the two child levels, a spawn mode (``cold``, ``zygote``, ``pool``); ``in_process``
-has no child and is one cell. Five measurements, in this order:
+has no child and is one cell. Five measurements, in this order, then the profiles:
 
 1. **Latency** of a trivial run, ``await sandbox.run("1", level=..., spawn=...)``, timed
    on the host around the call. Pool cells use a :class:`sandbox.Pool` of their own and
@@ -57,7 +57,10 @@ never dropped silently. Every pool is closed when its cell ends, and the zygote 
 down at the end; then this process checks that it has no children left.
 
 The targets (:data:`TARGETS`, issue 15's table) each have a floor and a goal: the verdict,
-PASS or MISS, is against the floor, and whether the goal is met is said beside it.
+PASS or MISS, is against the floor, and whether the goal is met is said beside it. Then
+the **profiles** (:mod:`benchmarks.profiles`): the run's path phase by phase at the cells
+the targets name, what a fresh process costs here before any wall, and an idle confined
+child's memory by mapping; the page shows each MISS with the profile that explains it.
 
 The JSON holds every sample; ``RESULTS.md`` and the plots are rendered from the JSON alone
 (``--render`` does only that), so a result can be re-rendered, and checked, later. A JSON
@@ -1672,6 +1675,9 @@ async def _measure(
         out["sustained"] = await measure_sustained(rec, sizes, concurrency)
         out["calls"] = await measure_calls(rec, sizes)
         out["memory"] = await measure_memory(rec, sizes)
+        from . import profiles
+
+        out["profiles"] = await profiles.measure(rec, profiles.PRESETS[mode], sizes.timeout)
     if peers != "no":
         from . import peers as peers_section
 
@@ -1712,7 +1718,10 @@ def run_study(
     with Progress(*columns) as progress:
         rec = Recorder(progress)
         if peers != "only":
+            from . import profiles
+
             plan(rec, sizes)
+            profiles.plan(rec, profiles.PRESETS[mode])
         if peers != "no":
             from . import peers as peers_section
 
@@ -2169,6 +2178,10 @@ def render_markdown(doc: dict[str, Any], md_path: Path, json_path: Path, plots: 
         ]
 
     lines += _targets_lines(doc)
+    if doc.get("profiles"):
+        from . import profiles
+
+        lines += profiles.render(doc)
 
     if not peers_only:
         lines += _method_lines(doc, params)

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks import study
+from benchmarks import profiles, study
 
 #: The studies' results, as committed.
 RESULTS = Path(study.__file__).parent / "results"
@@ -176,6 +176,7 @@ def test_smoke_run_measures_every_cell(tmp_path: Path) -> None:
     _check_sustained(doc)
     _check_calls(doc)
     _check_memory(doc)
+    _check_profiles(doc, page)
 
     targets = {t["id"]: t for t in doc["targets"]}
     assert set(targets) == TARGET_IDS
@@ -211,6 +212,38 @@ def test_smoke_run_measures_every_cell(tmp_path: Path) -> None:
     assert "| figure | measured | floor | goal | verdict (floor) | goal met |" in page
     for png in pngs:
         assert f"]({png})" in page
+
+
+def _check_profiles(doc: dict[str, Any], page: str) -> None:
+    """Every phase cell stamped in order, the process costs and the memory measured, and
+    the page's section that says which profile explains each MISS."""
+    sizes = profiles.PRESETS["smoke"]
+    cells = doc["profiles"]["phases"]["cells"]
+    assert set(cells) == set(profiles.PHASE_CELLS)
+    for cell, c in cells.items():
+        assert c["n"] + _failed(doc, "profile", cell) == sizes.rounds * sizes.per_round
+        for run in c["samples_ms"]:
+            phases = {k: v for k, v in run.items() if k != "total"}
+            # Every phase after the one before: the host's and the child's stamps are on
+            # one clock, and the engine's steps come in the order the profile says.
+            assert all(v > 0 for v in phases.values()), (cell, run)
+            assert sum(phases.values()) == pytest.approx(run["total"], abs=1e-6)
+        for p50 in c["phases_p50_ms"].values():
+            assert 0 < p50 <= c["total_p50_ms"]
+    handoff = doc["profiles"]["phases"][profiles.HANDOFF]
+    assert handoff["n"] == sizes.rounds * sizes.per_round
+    assert handoff["p50_ms"] > 0
+    procs = doc["profiles"]["processes"]
+    for prepare in ("zygote", "bare"):
+        assert procs[prepare]["fork_exit"]["cpu_ms"] > 0, procs[prepare]
+        assert procs[prepare]["fresh_page_us"] > procs[prepare]["warm_page_us"] > 0
+    assert procs["zygote"]["rss_mb"] > procs["bare"]["rss_mb"]
+    memory = doc["profiles"]["memory"]
+    assert memory["private_bytes"] == sum(memory["by_mapping"].values()) > 0
+    assert "## Why each MISS: profiles measured in this run" in page
+    for t in doc["targets"]:
+        if t["verdict"] == "MISS":
+            assert f"| {t['description']} | [" in page, t["id"]
 
 
 def _stats(p50: float) -> dict[str, float]:
@@ -943,3 +976,75 @@ def test_render_of_the_peers_section_alone(tmp_path: Path, monkeypatch: pytest.M
     assert "Not measured in this run" not in page
     assert "## Method" not in page
     assert sorted(p.name for p in tmp_path.glob("*.png")) == ["peers-2030-01-02-quick-peers.png"]
+
+
+def _slug(heading: str) -> str:
+    """A heading's anchor as GitHub makes it: lower case, punctuation dropped, spaces to
+    hyphens."""
+    kept = "".join(ch for ch in heading.lower() if ch.isalnum() or ch in " -_")
+    return kept.strip().replace(" ", "-")
+
+
+def _hand_written_profiles() -> dict[str, Any]:
+    run = {"api": 0.1, "acquire": 0.1, "ready": 0.3, "to_program": 0.7, "program": 0.5}
+    run |= {"after": 0.6, "total": 2.3}
+    cells = {
+        cell: profiles.summarize_phases(
+            cell,
+            [{"to_program": 0.2, "after": 0.05, "total": 0.25}] if cell == "in_process" else [run],
+        )
+        for cell in profiles.PHASE_CELLS
+    }
+    return {
+        "phases": {
+            "cells": cells,
+            profiles.HANDOFF: {"n": 1, "p50_ms": 0.09, "samples_ms": [0.09]},
+        },
+        "processes": {
+            "zygote": {
+                "rss_mb": 25.5,
+                "fork_exit": {"cpu_ms": 1.8, "machine_cpu_ms": 1.9, "wall_ms": 1.85},
+                "fork_netns_exit": {"error": "unshare(CLONE_NEWNET) refused here"},
+                "fresh_page_us": 1.7,
+                "warm_page_us": 0.09,
+                "cow_page_us": 2.1,
+            },
+            "bare": {"error": "RuntimeError: exit 1: no python"},
+        },
+        "memory": {
+            "processes": 1,
+            "private_bytes": 3_000_000,
+            "by_mapping": {"[anonymous]": 2_000_000, "[heap]": 1_000_000},
+        },
+    }
+
+
+def test_render_says_which_profile_explains_each_miss(tmp_path: Path) -> None:
+    """Each MISS of the targets table is listed with the profile that explains it, whose
+    heading is where its link points; a target that passed is not listed; a profile that
+    could not be measured says why."""
+    doc = _hand_written_now()
+    doc["profiles"] = _hand_written_profiles()
+    json_path = tmp_path / "study-2030-01-02.json"
+    page = study.render_markdown(doc, tmp_path / "RESULTS.md", json_path, [])
+    lines = page.splitlines()
+    section = page[page.index("## Why each MISS") : page.index("## Method")]
+    anchors = {_slug(ln.lstrip("#").strip()) for ln in lines if ln.startswith("#")}
+    assert set(profiles.ANCHORS.values()) <= anchors
+    for t in doc["targets"]:
+        listed = f"| {t['description']} | [" in section
+        assert listed == (t["verdict"] == "MISS"), t["id"]
+    assert (
+        "| trivial run, confined, from the pool, p50 | "
+        "[phases](#profile-1-the-runs-path-phase-by-phase), cell `confined/pool` |"
+    ) in section
+    assert "| `bare` | not measured: RuntimeError: exit 1: no python |" in section
+    assert "| not measured: unshare(CLONE_NEWNET) refused here |" in section
+    assert "| `[anonymous]` | 2 | 67% |" in section
+    assert "| **total, p50** | 2.3 | 2.3 | 2.3 | 2.3 | 0.25 | 2.3 |" in section
+
+
+def test_a_page_without_profiles_has_no_such_section(tmp_path: Path) -> None:
+    doc = _hand_written_now()
+    page = study.render_markdown(doc, tmp_path / "RESULTS.md", tmp_path / "s.json", [])
+    assert "Why each MISS" not in page
