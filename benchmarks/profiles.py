@@ -11,9 +11,11 @@ them:
    the Start and the program's stamp say how long the child took to reach the program.
    The host's stamps come from wrapping the engine's own functions for the section's
    length (``acquire``, ``StarterCore.send_start``, ``_Run._await_result``), restored
-   after; nothing is added to the engine for it. Beside ``in_process``: the bare cost of
-   what that level is made of, a worker thread woken through a queue and the event loop
-   woken through a pipe.
+   after; nothing is added to the engine for it. Each run starts on a quiet host: every
+   pool full and every earlier run's remains cleared (untimed); an ``in_process`` run right
+   after an uncounted one, back to back as the study's latency rounds time that level.
+   Beside ``in_process``: the bare cost of what that level is made of, a worker thread
+   woken through a queue and the event loop woken through a pipe (timed the same way).
 2. **What a fresh process costs here, before any wall** (:func:`measure_processes`):
    a second interpreter that holds what the zygote holds (``runner._zygote._prepare``)
    forks children that exit at once, then children that make a network namespace, and
@@ -25,7 +27,10 @@ them:
    pages by mapping (``/proc/PID/smaps``), for the USS target.
 
 :data:`EXPLAINED_BY` says which profile explains which target; the study's page shows, for
-each MISS, the profile that explains it (``study.render_markdown``).
+each MISS, the profile that explains it (``study.render_markdown``). The profiles alone,
+printed as that section of the page (about a minute; ``--quick`` a third of it)::
+
+    .venv/bin/python -m benchmarks.profiles [--quick]
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ import msgspec
 import psutil
 
 import sandbox
+import sandbox._children._supervisor
 from protocol import StarterCore
 from sandbox._engine import _process
 
@@ -79,10 +85,11 @@ PRESETS: Final = {
 #: The program each phase cell runs: its first line is the child's stamp; its value
 #: carries that stamp (and the workload's own value, checked).
 STAMP: Final = "__stamp = __import__('time').perf_counter()\n"
+LAST: Final = "__last = __import__('time').perf_counter()\n"
 PROGRAMS: Final = {
-    "trivial": STAMP + "__stamp",
-    "await": STAMP + "await host.echo(1)\n__stamp",
-    "value": STAMP + "[__stamp, 'x' * (1 << 20)]",
+    "trivial": STAMP + LAST + "[__stamp, __last]",
+    "await": STAMP + "await host.echo(1)\n" + LAST + "[__stamp, __last]",
+    "value": STAMP + "__value = 'x' * (1 << 20)\n" + LAST + "[__stamp, __last, __value]",
 }
 #: The cells the phases are measured at: (workload, level, spawn), in the targets' order.
 PHASE_CELLS: Final = {
@@ -99,13 +106,20 @@ PHASES: Final = (
     ("acquire", "taking a child (from the pool; on demand: asking the zygote to fork)"),
     ("ready", "the child ready (on demand: its walls), the run's limits, its objects"),
     ("to_program", "the Start sent, to the program's first line (in the child)"),
-    ("program", "the program's first line, to its Result read and decoded by the host"),
+    ("program", "the program, its first line to its last"),
+    (
+        "to_host",
+        "the program's last line to the Result's first bytes read by the host: the value "
+        "encoded, the frame written, the host woken",
+    ),
+    ("read", "the rest of the Result read, and decoded"),
     ("after", "after the Result: the child stopped, its remains handed over, the result"),
 )
 #: ``in_process``'s phases: it has no child to take and no Start to send.
 INPROCESS_PHASES: Final = (
     ("to_program", "the call to the program's first line (in a worker thread)"),
-    ("after", "the program's first line to the return (its end, the pipe, the loop woken)"),
+    ("program", "the program, its first line to its last"),
+    ("after", "the program's last line to the return (its end, the pipe, the loop woken)"),
 )
 HANDOFF: Final = "thread_handoff"
 HANDOFF_LABEL: Final = (
@@ -167,6 +181,7 @@ def stamped() -> Iterator[dict[str, float]]:
     clock = time.perf_counter
     acquire = vars(_process)["acquire"]  # what run_process calls, by its global name
     send_start = StarterCore.send_start
+    receive_data = StarterCore.receive_data
     await_result = _process._Run._await_result
 
     async def stamped_acquire(*args: Any, **kwargs: Any) -> Any:
@@ -180,6 +195,10 @@ def stamped() -> Iterator[dict[str, float]]:
         stamps["to_program"] = clock()
         return send_start(self, start)
 
+    def stamped_receive_data(self: Any, data: Any) -> Any:
+        stamps.setdefault("read", clock())
+        return receive_data(self, data)
+
     async def stamped_await_result(self: Any, *args: Any, **kwargs: Any) -> Any:
         result = await await_result(self, *args, **kwargs)
         stamps["after"] = clock()
@@ -188,6 +207,7 @@ def stamped() -> Iterator[dict[str, float]]:
     patches = (
         (_process, "acquire", stamped_acquire),
         (StarterCore, "send_start", stamped_send_start),
+        (StarterCore, "receive_data", stamped_receive_data),
         (_process._Run, "_await_result", stamped_await_result),
     )
     originals = [(where, name, getattr(where, name)) for where, name, _ in patches]
@@ -200,21 +220,26 @@ def stamped() -> Iterator[dict[str, float]]:
             setattr(where, name, old)
 
 
-def _check(workload: str, result: sandbox.RunResult) -> float:
-    """The program's stamp from its value, once the value is checked.
+def _check(workload: str, result: sandbox.RunResult) -> tuple[float, float]:
+    """The program's stamps (its first line, its last) from its value, once the value is
+    checked.
 
     Raises:
         ValueError: the run failed or its value is not the workload's.
     """
     value = result.value
-    if workload == "value":
-        if not (isinstance(value, list) and len(value) == 2 and value[1] == "x" * (1 << 20)):
-            raise ValueError(f"not the 1 MiB value: ok={result.ok} {result.error}")
-        value = value[0]
     expected_calls = 1 if workload == "await" else 0
-    if not (result.ok and isinstance(value, float) and result.calls == expected_calls):
+    size = 3 if workload == "value" else 2
+    if not (
+        result.ok
+        and result.calls == expected_calls
+        and isinstance(value, list)
+        and len(value) == size
+        and all(isinstance(v, float) for v in value[:2])
+        and (workload != "value" or value[2] == "x" * (1 << 20))
+    ):
         raise ValueError(f"ok={result.ok} calls={result.calls} error={result.error!r}")
-    return value
+    return value[0], value[1]
 
 
 async def _phase_sample(
@@ -226,11 +251,12 @@ async def _phase_sample(
         Exception: the run failed (its reason).
     """
     workload, level, spawn = PHASE_CELLS[cell]
-    target: str | sandbox.Pool | None = spawn
-    if spawn == "pool":
-        target = pools[level]
-        if not await anyio.to_thread.run_sync(pools[level].wait_full, limit):
-            raise TimeoutError(f"the pool was not full within {limit} s")
+    target: str | sandbox.Pool | None = pools[level] if spawn == "pool" else spawn
+    await _quiet(pools, limit)
+    if level == "in_process":
+        # As the study's latency rounds time it: runs back to back (after a wait, the
+        # first run's thread hand-offs pay for waking an idle CPU: 2-3x here).
+        _check(workload, await sandbox.run(PROGRAMS[workload], level=level))
     tools = (ECHO,) if workload == "await" else ()
     stamps.clear()
     with anyio.fail_after(limit):
@@ -240,11 +266,10 @@ async def _phase_sample(
         else:
             result = await sandbox.run(PROGRAMS[workload], tools=tools, level=level, spawn=target)
         t1 = time.perf_counter()
-    first_line = _check(workload, result)
+    stamps["program"], stamps["to_host"] = _check(workload, result)
     if level == "in_process":
-        marks = [("to_program", t0), ("after", first_line)]
+        marks = [("to_program", t0), ("program", stamps["program"]), ("after", stamps["to_host"])]
     else:
-        stamps["program"] = first_line
         marks = [("api", t0), *((name, stamps[name]) for name, _ in PHASES[1:])]
     out = {
         name: (end - start) * 1e3
@@ -252,6 +277,20 @@ async def _phase_sample(
     }
     out["total"] = (t1 - t0) * 1e3
     return out
+
+
+async def _quiet(pools: dict[str, sandbox.Pool], limit: float) -> None:
+    """Untimed, before each sample: every pool full and every earlier run's remains
+    cleared, so that no sample shares the host with the refills and the clearing that an
+    earlier sample (of another cell) left behind.
+
+    Raises:
+        TimeoutError: not within ``limit``.
+    """
+    from .study import _settle
+
+    if not await _settle(pools, limit):
+        raise TimeoutError(f"the pools were not full and the remains cleared within {limit} s")
 
 
 class _Handoff:
@@ -304,6 +343,9 @@ async def measure_phases(rec: Recorder, sizes: ProfileSizes, limit: float) -> di
                     for i in range(sizes.per_round):
                         for cell in _rotated(order, r + i):
                             if cell == HANDOFF:
+                                with contextlib.suppress(TimeoutError):
+                                    await _quiet(pools, limit)
+                                await hand.sample()  # back to back, as in_process's runs
                                 handoff.append(await hand.sample())
                                 continue
                             try:
@@ -536,9 +578,11 @@ def _phase_lines(phases: dict[str, Any]) -> list[str]:
         "",
         "p50 ms of each phase over the stamped runs of each cell (the phases' p50s need not "
         "add up to the total's). A stamp on the host at each step, and the program's own at "
-        "its first line (the same clock); the program's value carries its stamp "
-        "(`__stamp = __import__('time').perf_counter()` first), pools full before each run, "
-        "the cells interleaved.",
+        "its first and last lines (`__import__('time').perf_counter()`, carried back in its "
+        "value; the host and the child read the same clock). Before each run, untimed: "
+        "every pool full and every earlier run's remains cleared; an `in_process` run right "
+        "after an uncounted one, back to back as the latency rounds time it. The cells "
+        "interleaved.",
         "",
         "| phase | " + " | ".join(f"`{c}`" for c in cells) + " |",
         "|---|" + "---|" * len(cells),
@@ -633,3 +677,34 @@ def _memory_lines(memory: dict[str, Any]) -> list[str]:
         lines.append(f"| the other {len(items) - 8} | {rest / 1e6:.3g} | {rest / total:.0%} |")
     lines.append("")
     return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Measure the profiles alone and print their section of the page."""
+    import argparse
+
+    from rich.progress import Progress
+
+    from .study import Recorder
+
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.profiles", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="smaller sizes")
+    parser.add_argument("--timeout", type=float, default=60.0, help="per run, seconds")
+    args = parser.parse_args(argv)
+    sizes = PRESETS["quick" if args.quick else "full"]
+    with Progress(transient=True) as progress:
+        rec = Recorder(progress)
+        plan(rec, sizes)
+        try:
+            measured = anyio.run(measure, rec, sizes, args.timeout)
+        finally:
+            sandbox._children._supervisor.shutdown()
+    lines = render({"targets": [], "profiles": measured})
+    print("\n".join(lines[lines.index("### Profile 1: the run's path, phase by phase") :]))
+    for failure in rec.failures:
+        print(f"FAILED {failure['cell']} #{failure['sample']}: {failure['error'][:200]}")
+    return 1 if rec.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -986,13 +986,11 @@ def _slug(heading: str) -> str:
 
 
 def _hand_written_profiles() -> dict[str, Any]:
-    run = {"api": 0.1, "acquire": 0.1, "ready": 0.3, "to_program": 0.7, "program": 0.5}
-    run |= {"after": 0.6, "total": 2.3}
+    run = {"api": 0.1, "acquire": 0.1, "ready": 0.3, "to_program": 0.7, "program": 0.01}
+    run |= {"to_host": 0.3, "read": 0.19, "after": 0.6, "total": 2.3}
+    alone = {"to_program": 0.15, "program": 0.01, "after": 0.09, "total": 0.25}
     cells = {
-        cell: profiles.summarize_phases(
-            cell,
-            [{"to_program": 0.2, "after": 0.05, "total": 0.25}] if cell == "in_process" else [run],
-        )
+        cell: profiles.summarize_phases(cell, [alone] if cell == "in_process" else [run])
         for cell in profiles.PHASE_CELLS
     }
     return {
