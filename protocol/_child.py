@@ -74,6 +74,22 @@ def _write_all(fd: int, data: bytes | bytearray) -> None:
             view = view[n:]
 
 
+def _writev_all(fd: int, pieces: list[bytes | bytearray | memoryview]) -> None:
+    """Write ``pieces`` in order, as few system calls as the kernel takes them in."""
+    views = [memoryview(piece) for piece in pieces if len(piece)]
+    most = os.sysconf("SC_IOV_MAX")
+    while views:
+        try:
+            n = os.writev(fd, views[:most])
+        except BlockingIOError:
+            select.select([], [fd], [])
+            continue
+        while views and n >= len(views[0]):
+            n -= len(views.pop(0))
+        if n:
+            views[0] = views[0][n:]
+
+
 def _poller(fd: int) -> select.poll:
     poller = select.poll()
     poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
@@ -533,6 +549,23 @@ class Runner:
             # A large Result crosses in one pipe-full, not in many (best effort).
             self._holds = fit_pipe(self._wfd, len(frame), self._holds)
         _write_all(self._wfd, frame)
+
+    def send_result_json(self, result: Result, value_json: bytes) -> None:
+        """Send the run's Result with ``value_json`` (the value's JSON text, as msgspec
+        writes it) as its value (once); a large value goes from where it lies, not copied
+        (:meth:`RunnerCore.send_result_json`).
+
+        Raises:
+            as :meth:`send_result`; and UnicodeDecodeError or MemoryError, when nothing
+            was sent.
+        """
+        if self._closed:
+            raise ChannelClosed("the start channel is closed")
+        pieces = self._core.send_result_json(result, value_json)
+        size = sum(len(piece) for piece in pieces)
+        if size > self._holds:
+            self._holds = fit_pipe(self._wfd, size, self._holds)
+        _writev_all(self._wfd, pieces)
 
     def wait_closed(self, timeout: float | None = None) -> bool:
         """After the Result: wait until the parent closes the start channel (EOF).

@@ -64,6 +64,7 @@ __all__ = [
     "StartBudget",
     "decode",
     "frame_message",
+    "frame_result_pieces",
     "valid_unicode",
 ]
 
@@ -528,6 +529,80 @@ def frame_message(message: Message, max_frame_bytes: int = MAX_FRAME_BYTES) -> b
         raise LocalFrameTooLarge(size, max_frame_bytes)
     buf[:PREFIX_BYTES] = size.to_bytes(PREFIX_BYTES, "big")
     return buf
+
+
+#: A value's JSON text from this size on is written into its Result frame where it lies,
+#: not copied (:func:`frame_result_pieces`); below it, copying costs less than the pieces.
+SPLICE_FROM: Final = 1 << 16
+#: At most this many characters of the value's JSON text to escape for it to be spliced:
+#: each is a piece of its own (a list of strings has two quotes per item).
+MAX_SPLICED_ESCAPES: Final = 256
+#: The value the Result frame is encoded around; its JSON form is where the text goes.
+_MARK: Final = "\x00"
+_MARK_JSON: Final = b"\\u0000"
+
+
+def frame_result_pieces(
+    result: Result,
+    value_json: bytes,
+    max_frame_bytes: int = MAX_FRAME_BYTES,
+    *,
+    splice_from: int = SPLICE_FROM,
+) -> list[bytes | bytearray | memoryview]:
+    """``result`` with ``value_json`` as its value, as a frame in pieces to write in order
+    (``os.writev``): the same bytes as :func:`frame_message` of ``result`` with
+    ``value=value_json.decode()``, without the two copies of a large value that makes (into
+    a ``str``, then escaped into the frame).
+
+    ``value_json`` is JSON text as msgspec writes it: UTF-8, no raw control character.
+    Escaping it into the frame's JSON string then only puts a backslash before each ``"``
+    and ``\\``; the pieces are slices of ``value_json`` with those backslashes between. A
+    value under ``splice_from`` bytes, or with more than :data:`MAX_SPLICED_ESCAPES`
+    characters to escape, is framed whole, as :func:`frame_message` does.
+
+    Raises:
+        LocalProtocolError: an integer outside Go's int64; nothing is produced.
+        LocalFrameTooLarge: the frame is over the cap; nothing is produced.
+        UnicodeDecodeError: ``value_json`` is not UTF-8 (framed whole only).
+        MemoryError: no memory for the frame.
+    """
+    escapes = (
+        _escapes(value_json, MAX_SPLICED_ESCAPES + 1) if len(value_json) >= splice_from else []
+    )
+    if len(value_json) >= splice_from and len(escapes) <= MAX_SPLICED_ESCAPES:
+        shell = frame_message(msgspec.structs.replace(result, value=_MARK), max_frame_bytes)
+        if shell.count(_MARK_JSON) == 1:  # (not when another field holds the mark too)
+            mark = shell.find(_MARK_JSON)
+            head, tail = shell[PREFIX_BYTES:mark], shell[mark + len(_MARK_JSON) :]
+            size = len(head) + len(value_json) + len(escapes) + len(tail)
+            if size > max_frame_bytes:
+                raise LocalFrameTooLarge(size, max_frame_bytes)
+            pieces: list[bytes | bytearray | memoryview] = [
+                size.to_bytes(PREFIX_BYTES, "big") + head
+            ]
+            text = memoryview(value_json)
+            begin = 0
+            for at in escapes:
+                pieces += (text[begin:at], b"\\")
+                begin = at  # the escaped character starts the next slice
+            pieces += (text[begin:], tail)
+            return pieces
+    whole = msgspec.structs.replace(result, value=value_json.decode("utf-8"))
+    return [frame_message(whole, max_frame_bytes)]
+
+
+def _escapes(text: bytes, most: int) -> list[int]:
+    """Where ``"`` and ``\\`` are in ``text``, in order; at most ``most`` of them."""
+    found: list[int] = []
+    quote, backslash = text.find(b'"'), text.find(b"\\")
+    while (quote >= 0 or backslash >= 0) and len(found) < most:
+        if backslash < 0 or 0 <= quote < backslash:
+            found.append(quote)
+            quote = text.find(b'"', quote + 1)
+        else:
+            found.append(backslash)
+            backslash = text.find(b"\\", backslash + 1)
+    return found
 
 
 def _check_integers(message: Message) -> None:

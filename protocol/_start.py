@@ -28,6 +28,7 @@ from ._messages import (
     Start,
     decode,
     frame_message,
+    frame_result_pieces,
     valid_unicode,
 )
 
@@ -203,6 +204,35 @@ class RunnerCore(_Role):
             LocalFrameTooLarge: the Result is over the frame cap. Nothing changes: send a
                 smaller Result (a failure saying so) instead.
         """
+        nxt = self._result_allowed(result)
+        frame = frame_message(result, self._max_frame)
+        self._state = nxt
+        return frame
+
+    def send_result_json(
+        self, result: Result, value_json: bytes
+    ) -> list[bytes | bytearray | memoryview]:
+        """:meth:`send_result` of ``result`` with ``value_json`` (the value's JSON text, as
+        msgspec writes it) as its value, as pieces to write in order: a large value is not
+        copied into the frame (:func:`~protocol.frame_result_pieces`).
+
+        Raises:
+            LocalProtocolError: as :meth:`send_result`.
+            LocalFrameTooLarge: as :meth:`send_result`.
+            UnicodeDecodeError: ``value_json`` is not UTF-8; nothing changes.
+            MemoryError: no memory for the frame; nothing changes.
+        """
+        nxt = self._result_allowed(result)
+        pieces = frame_result_pieces(result, value_json, self._max_frame)
+        self._state = nxt
+        return pieces
+
+    def _result_allowed(self, result: Result) -> State:
+        """The state after sending ``result``, if it may be sent now.
+
+        Raises:
+            LocalProtocolError: as :meth:`send_result` (the role is then failed).
+        """
         nxt = self._allowed(Event.SEND_RESULT, remote=False)
         if result.result_id != self._result_id:
             raise self._fail(
@@ -210,6 +240,4 @@ class RunnerCore(_Role):
                     f"Result for {result.result_id!r}, but this run is {self._result_id!r}"
                 )
             )
-        frame = frame_message(result, self._max_frame)
-        self._state = nxt
-        return frame
+        return nxt

@@ -496,45 +496,50 @@ def _own_main_thread() -> None:
             main_thread._set_native_id()
 
 
-def _run_program(backend: Backend, start: Start, client: Client) -> Outcome:
+def _run_program(backend: Backend, start: Start, client: Client) -> Outcome | bytes:
+    """The program's outcome; a successful one as its value's JSON bytes if the backend
+    has ``run_json`` (they go into the Result without being copied: :func:`_send`)."""
+    run_json: Callable[[Start, Client], Outcome | bytes] | None = getattr(backend, "run_json", None)
     try:
-        return backend.run(start, client)
+        return backend.run(start, client) if run_json is None else run_json(start, client)
     except BaseException as exc:  # a backend bug must still end in a Result
         return Outcome.failure(Kind.UNKNOWN, f"the runner failed: {type(exc).__name__}: {exc}")
 
 
-def _send(runner: Runner, start: Start, outcome: Outcome, client: Client) -> None:
-    """Send the Result of ``outcome``; a too-large one is replaced by a small failure.
+def _send(runner: Runner, start: Start, outcome: Outcome | bytes, client: Client) -> None:
+    """Send the Result of ``outcome`` (a successful value's JSON bytes, or an
+    :class:`Outcome`); a too-large one is replaced by a small failure.
 
     Raises:
         ProtocolError: the start channel is closed or broken.
         OSError: the parent is gone.
     """
-    result = Result(
-        v=VERSION,
-        result_id=start.result_id,
-        ok=outcome.ok,
-        value=outcome.value,
-        kind=outcome.kind,
-        error=outcome.error,
-        calls=client.calls_made,
-        bytes=client.bytes_received,
-    )
-    try:
-        runner.send_result(result)
-    except LocalFrameTooLarge as exc:
-        what = "value" if outcome.ok else "error report"
-        runner.send_result(
-            Result(
-                v=VERSION,
-                result_id=start.result_id,
-                ok=False,
-                kind=Kind.LIMIT,
-                error=f"the program's {what} is too large for one Result frame: {exc}",
-                calls=client.calls_made,
-                bytes=client.bytes_received,
-            )
+
+    def result(ok: bool, value: str = "", kind: Kind | None = None, error: str = "") -> Result:
+        return Result(
+            v=VERSION,
+            result_id=start.result_id,
+            ok=ok,
+            value=value,
+            kind=kind,
+            error=error,
+            calls=client.calls_made,
+            bytes=client.bytes_received,
         )
+
+    try:
+        if isinstance(outcome, bytes):
+            runner.send_result_json(result(True), outcome)
+        else:
+            runner.send_result(result(outcome.ok, outcome.value, outcome.kind, outcome.error))
+        return
+    except LocalFrameTooLarge as exc:
+        ok = isinstance(outcome, bytes) or outcome.ok
+        error = f"the program's {'value' if ok else 'error report'} is too large for one "
+        error += f"Result frame: {exc}"
+    except MemoryError:  # only ever before anything was sent
+        error = "out of memory while encoding the program's value (MemoryError)"
+    runner.send_result(result(False, kind=Kind.LIMIT, error=error))
 
 
 def run(argv: Sequence[str]) -> int:
@@ -687,7 +692,9 @@ def _confine_after_start(args: Arguments, runner: Runner, start: Start, client: 
     return False
 
 
-def _report(runner: Runner, start: Start, outcome: Outcome, client: Client, *, linger: bool) -> int:
+def _report(
+    runner: Runner, start: Start, outcome: Outcome | bytes, client: Client, *, linger: bool
+) -> int:
     """Steps 4 (the Result) and 5 (linger); the exit status."""
     try:
         _send(runner, start, outcome, client)

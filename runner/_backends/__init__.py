@@ -91,6 +91,12 @@ class Backend(Protocol):
         """Run ``start.program`` to its end with ``start.bindings`` callable over ``client``.
 
         ``start.budget`` is informational: the parent enforces every item of it.
+
+        A backend may also have ``run_json(start, client) -> Outcome | bytes``: the same,
+        but a successful program's value comes as its JSON text in UTF-8 bytes, as msgspec
+        writes it. The runner then calls that instead, and writes those bytes into the
+        Result where they lie, without copying them into a ``str`` and then into the frame
+        (two fresh buffers the size of the value, in a child that has never touched them).
         """
         ...
 

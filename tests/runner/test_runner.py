@@ -120,6 +120,22 @@ async def test_a_value_too_large_for_one_frame_fails_as_limit() -> None:
     assert run.status == 0
 
 
+@pytest.mark.parametrize(
+    ("program", "value"),
+    [
+        ("'x' * (3 << 20)", "x" * (3 << 20)),  # written from the value's JSON where it lies
+        ("{'k\"\\\\': 'v' * (1 << 20)}", {'k"\\': "v" * (1 << 20)}),  # a few escapes
+        ("['ab'] * 300_000", ["ab"] * 300_000),  # too many quotes: framed whole
+    ],
+    ids=["spliced", "spliced-escapes", "whole"],
+)
+async def test_a_large_value_arrives_whole(program: str, value: object) -> None:
+    run = await run_program(program)
+    assert run.result.ok, run.result.error
+    assert run.value == value
+    assert run.status == 0
+
+
 async def test_the_runner_exits_after_its_result_whatever_the_program_left_running() -> None:
     """A non-daemon thread the program left running does not keep the runner alive."""
     program = "import threading, time\nthreading.Thread(target=time.sleep, args=(60,)).start()\n1"
