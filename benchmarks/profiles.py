@@ -121,6 +121,11 @@ INPROCESS_PHASES: Final = (
     ("program", "the program, its first line to its last"),
     ("after", "the program's last line to the return (its end, the pipe, the loop woken)"),
 )
+#: The steps profile 2 times in a fresh child (the ``zygote`` interpreter's only).
+FRESH_STEPS: Final = (
+    ("start_and_result", "a Start decoded and a Result framed (`RunnerCore`): every run"),
+    ("event_loop", "`asyncio.run` of `await asyncio.sleep(0)`: a program that awaits"),
+)
 HANDOFF: Final = "thread_handoff"
 HANDOFF_LABEL: Final = (
     "a worker thread woken through a queue, then the event loop through a pipe, and "
@@ -390,6 +395,9 @@ if prepare == "zygote":
     sys.path[:0] = json.loads(paths)
     from runner import _zygote
     _zygote._prepare()
+    import gc
+    gc.collect()
+    gc.freeze()  # as the zygote does before it forks
 libc = ctypes.CDLL(None, use_errno=True)
 CLONE_NEWNET = 0x40000000
 PAGE = mmap.PAGESIZE
@@ -448,6 +456,48 @@ if pid == 0:
     os._exit(0)
 os.waitpid(pid, 0)
 out["cow_page_us"] = json.loads(os.read(r, 100))
+
+def private_kb():
+    with open("/proc/self/smaps_rollup") as f:
+        return sum(int(l.split()[1]) for l in f if l.startswith(("Private_Clean", "Private_Dirty")))
+
+def in_fresh_child(step, n):
+    runs = []
+    for _ in range(n):
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            k0 = private_kb(); t0 = time.perf_counter(); step(); t1 = time.perf_counter()
+            k1 = private_kb(); step(); t2 = time.perf_counter(); step(); t3 = time.perf_counter()
+            os.write(w, json.dumps([(t1 - t0) * 1e3, (t3 - t2) * 1e3, k1 - k0]).encode())
+            os._exit(0)
+        os.waitpid(pid, 0)
+        runs.append(json.loads(os.read(r, 200)))
+        os.close(r)
+        os.close(w)
+    return [sorted(run[i] for run in runs)[len(runs) // 2] for i in range(3)]
+
+if prepare == "zygote":
+    import asyncio
+    from protocol import VERSION, Result, RunnerCore, Start, StartBudget, frame_message
+    start = Start(v=VERSION, program="1", bindings=(), budget=StartBudget(), result_id="r" * 32)
+    start = bytes(frame_message(start))
+    result = Result(v=VERSION, result_id="r" * 32, ok=True, value="1", calls=0, bytes=0)
+
+    def start_and_result():
+        core = RunnerCore()
+        core.receive_data(start)
+        core.next_start()
+        core.send_result(result)
+
+    async def nothing_awaited():
+        await asyncio.sleep(0)
+
+    steps = {"nothing": lambda: None, "start_and_result": start_and_result,
+             "event_loop": lambda: asyncio.run(nothing_awaited())}
+    n = max(3, min(forks // 10, 30))
+    keys = ("fresh_ms", "warm_ms", "private_kb")
+    out["fresh_child"] = {k: dict(zip(keys, in_fresh_child(f, n))) for k, f in steps.items()}
 print(json.dumps(out))
 """
 
@@ -625,7 +675,8 @@ def _process_lines(processes: dict[str, Any]) -> list[str]:
         "(`/proc/stat`: the kernel's deferred teardown included, and anything else running), "
         "the wall time. Then the first write to a fresh page, a second write to it, and a "
         "child's first write to a page it shares copy-on-write with its parent. "
-        "`zygote`: the interpreter holds what the zygote holds (`runner._zygote._prepare`); "
+        "`zygote`: the interpreter holds what the zygote holds (`runner._zygote._prepare`, "
+        "then `gc.freeze()`); "
         "`bare`: a bare `python -I -S`, the baseline.",
         "",
         "| interpreter | RSS MB | fork+exit CPU ms | machine CPU ms | wall ms | "
@@ -652,6 +703,26 @@ def _process_lines(processes: dict[str, Any]) -> list[str]:
         ]
         lines.append(f"| `{prepare}` | " + " | ".join(cells) + " |")
     lines.append("")
+    fresh = processes.get("zygote", {}).get("fresh_child")
+    if fresh:
+        nothing = fresh.get("nothing", {}).get("private_kb", 0)
+        lines += [
+            "The same steps in a fresh child of the `zygote` interpreter and again once it has "
+            "done them (p50 over children): what every run pays first, because each page it "
+            "writes is still shared with its parent. Private kB: what the first time added "
+            "to the child's own pages, less reading the figure itself.",
+            "",
+            "| step | fresh child ms | done before ms | private kB |",
+            "|---|---|---|---|",
+        ]
+        for name, label in FRESH_STEPS:
+            f = fresh.get(name, {})
+            kb = f.get("private_kb")
+            lines.append(
+                f"| {label} | {_ms(f.get('fresh_ms'))} | {_ms(f.get('warm_ms'))} | "
+                f"{'n/a' if kb is None else max(kb - nothing, 0)} |"
+            )
+        lines.append("")
     return lines
 
 

@@ -238,6 +238,12 @@ def _check_profiles(doc: dict[str, Any], page: str) -> None:
         assert procs[prepare]["fork_exit"]["cpu_ms"] > 0, procs[prepare]
         assert procs[prepare]["fresh_page_us"] > procs[prepare]["warm_page_us"] > 0
     assert procs["zygote"]["rss_mb"] > procs["bare"]["rss_mb"]
+    fresh = procs["zygote"]["fresh_child"]
+    assert set(fresh) == {"nothing", *(name for name, _ in profiles.FRESH_STEPS)}
+    for name, _ in profiles.FRESH_STEPS:
+        assert fresh[name]["fresh_ms"] > 0
+        assert fresh[name]["warm_ms"] > 0
+        assert fresh[name]["private_kb"] >= 0
     memory = doc["profiles"]["memory"]
     assert memory["private_bytes"] == sum(memory["by_mapping"].values()) > 0
     assert "## Why each MISS: profiles measured in this run" in page
@@ -1006,6 +1012,11 @@ def _hand_written_profiles() -> dict[str, Any]:
                 "fresh_page_us": 1.7,
                 "warm_page_us": 0.09,
                 "cow_page_us": 2.1,
+                "fresh_child": {
+                    "nothing": {"fresh_ms": 0.001, "warm_ms": 0.0005, "private_kb": 80},
+                    "start_and_result": {"fresh_ms": 0.3, "warm_ms": 0.012, "private_kb": 460},
+                    "event_loop": {"fresh_ms": 1.2, "warm_ms": 0.19, "private_kb": 1300},
+                },
             },
             "bare": {"error": "RuntimeError: exit 1: no python"},
         },
@@ -1039,6 +1050,10 @@ def test_render_says_which_profile_explains_each_miss(tmp_path: Path) -> None:
     assert "| `bare` | not measured: RuntimeError: exit 1: no python |" in section
     assert "| not measured: unshare(CLONE_NEWNET) refused here |" in section
     assert "| `[anonymous]` | 2 | 67% |" in section
+    assert (
+        "| a Start decoded and a Result framed (`RunnerCore`): every run | 0.3 | 0.012 | 380 |"
+        in section
+    )
     assert "| **total, p50** | 2.3 | 2.3 | 2.3 | 2.3 | 0.25 | 2.3 |" in section
 
 
