@@ -1045,8 +1045,15 @@ def test_render_says_which_profile_explains_each_miss(tmp_path: Path) -> None:
         assert listed == (t["verdict"] == "MISS"), t["id"]
     assert (
         "| trivial run, confined, from the pool, p50 | "
-        "[phases](#profile-1-the-runs-path-phase-by-phase), cell `confined/pool` |"
+        "[phases](#profile-1-the-runs-path-phase-by-phase), cell `confined/pool` | "
+        "the largest phase: the Start sent, to the program's first line (in the child), "
+        "0.7 of 2.3 ms |"
     ) in section
+    cpu = _row(section.splitlines(), "| CPU time per confined run")
+    assert cpu.endswith(
+        "| [processes](#profile-2-what-a-fresh-process-costs-here-before-any-wall) | "
+        "a fork and exit of the zygote-like interpreter: 1.8 ms of CPU |"
+    )
     assert "| `bare` | not measured: RuntimeError: exit 1: no python |" in section
     assert "| not measured: unshare(CLONE_NEWNET) refused here |" in section
     assert "| `[anonymous]` | 2 | 67% |" in section
