@@ -6,14 +6,15 @@ import contextlib
 import fcntl
 import os
 import socket
-import threading
 from collections.abc import Iterator
 
 import anyio
 import pytest
 
-from protocol import VERSION, FdChannel, Result, Runner, Start, StartBudget, Starter
+from protocol import VERSION, FdChannel, Result, Runner, Start
 from protocol._pipesize import DEFAULT_PIPE_BYTES, MAX_PIPE_BYTES, fit_pipe
+
+from .roles import start_against
 
 
 @contextlib.contextmanager
@@ -119,45 +120,13 @@ async def test_a_large_result_grows_the_runners_pipe_and_arrives_whole() -> None
     sizes: dict[str, int] = {}
     for name, sent in (("small", "1"), ("large", value)):
         with _pipe() as (down_r, down_w), _pipe() as (up_r, up_w):
-            runner = Runner(down_r, up_w)
-            errors: list[BaseException] = []
 
-            def child(
-                runner: Runner = runner, sent: str = sent, errors: list[BaseException] = errors
-            ) -> None:
-                try:
-                    start = runner.await_start(10)
-                    runner.send_result(
-                        Result(
-                            v=VERSION,
-                            result_id=start.result_id,
-                            ok=True,
-                            value=sent,
-                            calls=0,
-                            bytes=0,
-                        )
-                    )
-                except BaseException as exc:  # reported below
-                    errors.append(exc)
+            def answer(runner: Runner, start: Start, sent: str = sent) -> None:
+                runner.send_result(
+                    Result(v=VERSION, result_id=start.result_id, ok=True, value=sent)
+                )
 
-            thread = threading.Thread(target=child)
-            thread.start()
-            channel = FdChannel(up_r, down_w)
-            try:
-                with anyio.fail_after(10):
-                    result = await Starter(channel).start(
-                        Start(
-                            v=VERSION,
-                            program="1",
-                            bindings=(),
-                            budget=StartBudget(),
-                            result_id="r" * 32,
-                        )
-                    )
-            finally:
-                thread.join(10)
-                channel.close()
-            assert not errors
+            result = await start_against(Runner(down_r, up_w), FdChannel(up_r, down_w), answer)
             assert result.value == sent
             sizes[name] = _size(up_w)
     assert sizes == {"small": DEFAULT_PIPE_BYTES, "large": MAX_PIPE_BYTES}

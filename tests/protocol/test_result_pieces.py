@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import os
 import socket
-import threading
 
-import anyio
 import msgspec
 import pytest
 from hypothesis import given, settings
@@ -24,11 +22,12 @@ from protocol import (
     RunnerCore,
     Start,
     StartBudget,
-    Starter,
     frame_message,
 )
 from protocol._frames import PREFIX_BYTES
 from protocol._messages import MAX_SPLICED_ESCAPES, SPLICE_FROM, frame_result_pieces
+
+from .roles import start_against
 
 RESULT_ID = "r" * 32
 RESULT = Result(v=VERSION, result_id=RESULT_ID, ok=True, calls=3, bytes=17)
@@ -144,32 +143,16 @@ async def test_the_runner_writes_it_whole_through_partial_writes(transport: str)
         down_r, down_w = (s.detach() for s in socket.socketpair())
         up_r, up_w = (s.detach() for s in socket.socketpair())
     runner = Runner(down_r, up_w)
-    errors: list[BaseException] = []
 
-    def child() -> None:
-        try:
-            start = runner.await_start(10)
-            runner.send_result_json(
-                msgspec.structs.replace(RESULT, result_id=start.result_id), value_json
-            )
-        except BaseException as exc:  # reported below
-            errors.append(exc)
+    def answer(runner: Runner, start: Start) -> None:
+        runner.send_result_json(
+            msgspec.structs.replace(RESULT, result_id=start.result_id), value_json
+        )
 
-    thread = threading.Thread(target=child)
-    thread.start()
-    channel = FdChannel(up_r, down_w)
     try:
-        with anyio.fail_after(20):
-            result = await Starter(channel).start(
-                Start(
-                    v=VERSION, program="1", bindings=(), budget=StartBudget(), result_id=RESULT_ID
-                )
-            )
+        result = await start_against(runner, FdChannel(up_r, down_w), answer, seconds=20)
     finally:
-        thread.join(20)
-        channel.close()
         runner.close()
-    assert not errors
     assert result.ok
     assert msgspec.json.decode(result.value) == value
     assert (result.calls, result.bytes) == (3, 17)
