@@ -107,3 +107,44 @@ async def test_the_server_runs_only_for_a_program_that_calls(
     assert fired.value == 4
     assert fired.calls == 1  # sent before the program ended: the host counted and served it
     assert served == [True, True]
+
+
+async def test_a_run_without_tools_makes_no_call_channel(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No tool, no call to serve: no pipes, server or client are made, and the program
+    still gets a ``host`` that says it has no such tool, as it does beside other tools."""
+    made: list[str] = []
+    for name in ("Server", "Client"):
+        real = getattr(protocol, name).__init__
+
+        def counted(self: object, *args: object, _real: object = real, **kwargs: object) -> None:
+            made.append(type(self).__name__)
+            _real(self, *args, **kwargs)  # type: ignore[operator]
+
+        monkeypatch.setattr(getattr(protocol, name), "__init__", counted)
+    fds = open_fds()
+    alone = await sandbox.run("x = 6\nx * 7", level=Level.IN_PROCESS)
+    assert (alone.ok, alone.value, alone.calls, made) == (True, 42, 0, [])
+    missing = await sandbox.run("host.nope(1)", level=Level.IN_PROCESS)
+    beside = await sandbox.run("host.nope(1)", level=Level.IN_PROCESS, tools=[echo])
+    assert made == ["Server", "Client"]  # the run with a tool, only
+    assert (missing.ok, missing.kind) == (beside.ok, beside.kind) == (False, Kind.RAISED)
+    said = "AttributeError: host has no tool named 'nope' (available tools: {})"
+    assert missing.error.splitlines()[-1] == said.format("none")
+    assert beside.error.splitlines()[-1] == said.format("echo")
+    assert open_fds() <= fds
+
+
+async def test_cancelling_a_run_without_tools_waits_for_the_program(tmp_path: Path) -> None:
+    done = tmp_path / "done"
+    program = (
+        f"import time\ntime.sleep(0.2)\nwith open({str(done)!r}, 'w') as f:\n    f.write('ended')\n"
+    )
+    await sandbox.run("1", level=Level.IN_PROCESS)  # the worker thread and the loop's fds
+    fds = open_fds()
+    with anyio.move_on_after(0.05) as scope:
+        await sandbox.run(program, level=Level.IN_PROCESS)
+    assert scope.cancelled_caught
+    assert done.read_text() == "ended"
+    assert open_fds() <= fds
