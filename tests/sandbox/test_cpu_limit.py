@@ -138,6 +138,15 @@ async def test_no_cpu_watcher_without_max_cpu(monkeypatch: pytest.MonkeyPatch) -
     assert result.value == sum(range(10**6))
 
 
+async def test_a_run_that_ends_at_once_does_not_wait_for_its_cpu_watcher() -> None:
+    """The watcher sleeps until the soonest moment the limit could be reached (here, tens
+    of seconds away); a run that answers before then ends it and returns at once."""
+    t0 = time.monotonic()
+    result = await sandbox.run("1", budget=Budget(max_cpu=120.0), level=Level.PROCESS)
+    assert (result.ok, result.value) == (True, 1), result.error
+    assert time.monotonic() - t0 < 20
+
+
 #: A parent that forks a child burning ``sys.argv[1]`` CPU seconds, reaps it, then forks
 #: another that spins until killed, and waits.
 TREE = """
