@@ -36,6 +36,7 @@ printed as that section of the page (about a minute; ``--quick`` a third of it):
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import queue
@@ -165,7 +166,7 @@ def plan(rec: Recorder, sizes: ProfileSizes) -> None:
 
 async def measure(rec: Recorder, sizes: ProfileSizes, limit: float) -> dict[str, Any]:
     """Every profile; a profile that fails is recorded with its reason, not dropped."""
-    out: dict[str, Any] = {"sizes": sizes.__dict__.copy()}
+    out: dict[str, Any] = {"sizes": dataclasses.asdict(sizes)}
     out["phases"] = await measure_phases(rec, sizes, limit)
     rec.done("profile/phases", "")
     out["processes"] = await anyio.to_thread.run_sync(measure_processes, rec, sizes, limit)
@@ -666,16 +667,15 @@ def _phase_lines(phases: dict[str, Any]) -> list[str]:
         "| phase | " + " | ".join(f"`{c}`" for c in cells) + " |",
         "|---|" + "---|" * len(cells),
     ]
-    labels = dict(PHASES) | {f"in:{k}": v for k, v in INPROCESS_PHASES}
     for name, label in PHASES:
         row = [cells[c]["phases_p50_ms"].get(name) if c != "in_process" else None for c in cells]
         lines.append(
             f"| {label} | " + " | ".join(_ms(x) if x is not None else "" for x in row) + " |"
         )
-    for name, _ in INPROCESS_PHASES:
+    for name, label in INPROCESS_PHASES:
         row = [cells[c]["phases_p50_ms"].get(name) if c == "in_process" else None for c in cells]
         lines.append(
-            f"| `in_process`: {labels[f'in:{name}']} | "
+            f"| `in_process`: {label} | "
             + " | ".join(_ms(x) if x is not None else "" for x in row)
             + " |"
         )

@@ -83,23 +83,29 @@ class FdChannel:
             anyio.ClosedResourceError: the channel was closed, before or while waiting.
             anyio.BrokenResourceError: the descriptor failed (not a clean EOF).
         """
-        size = min(max(max_bytes, _READ_CHUNK), _MAX_READ_CHUNK)
         while True:
-            if self._closed:
-                raise anyio.ClosedResourceError
-            try:
-                data = os.read(self._read_fd, size)
-            except BlockingIOError:
-                self._streak = 0
-                await self._wait(self._read_fd, readable=True)
-                continue
-            except OSError as exc:
-                raise _translate(exc) from exc
-            self._streak += 1
-            if self._streak >= _READS_PER_CHECKPOINT:
-                self._streak = 0
-                await anyio.lowlevel.checkpoint()
-            return data
+            data = await self.receive_ready(max_bytes)
+            if data is not None:
+                return data
+            await self._wait(self._read_fd, readable=True)
+
+    async def receive_ready(self, max_bytes: int = _READ_CHUNK) -> bytes | None:
+        """What :meth:`receive` would return now, without waiting for it; ``None`` if the
+        peer has sent nothing more yet. Like :meth:`receive`, it yields to the event loop
+        once every few reads in a row that found data.
+
+        Raises:
+            as :meth:`receive`.
+        """
+        data = self.receive_nowait(max_bytes)
+        if data is None:
+            self._streak = 0
+            return None
+        self._streak += 1
+        if self._streak >= _READS_PER_CHECKPOINT:
+            self._streak = 0
+            await anyio.lowlevel.checkpoint()
+        return data
 
     def receive_nowait(self, max_bytes: int = _READ_CHUNK) -> bytes | None:
         """Bytes from the peer if any are there now (``b""`` at its EOF); ``None`` if none.

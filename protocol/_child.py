@@ -544,11 +544,7 @@ class Runner:
         """
         if self._closed:
             raise ChannelClosed("the start channel is closed")
-        frame = self._core.send_result(result)
-        if len(frame) > self._holds:
-            # A large Result crosses in one pipe-full, not in many (best effort).
-            self._holds = fit_pipe(self._wfd, len(frame), self._holds)
-        _write_all(self._wfd, frame)
+        self._write_result([self._core.send_result(result)])
 
     def send_result_json(self, result: Result, value_json: bytes) -> None:
         """Send the run's Result with ``value_json`` (the value's JSON text, as msgspec
@@ -561,7 +557,11 @@ class Runner:
         """
         if self._closed:
             raise ChannelClosed("the start channel is closed")
-        pieces = self._core.send_result_json(result, value_json)
+        self._write_result(self._core.send_result_json(result, value_json))
+
+    def _write_result(self, pieces: list[bytes | bytearray | memoryview]) -> None:
+        """Write the Result's frame, in ``pieces``; a large one crosses in one pipe-full,
+        not in many (best effort)."""
         size = sum(len(piece) for piece in pieces)
         if size > self._holds:
             self._holds = fit_pipe(self._wfd, size, self._holds)

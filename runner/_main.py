@@ -94,7 +94,7 @@ from protocol import (
     RunnerExit,
 )
 
-from ._backends import DEFAULT_BACKEND, Outcome, get_backend
+from ._backends import DEFAULT_BACKEND, VALUE_OUT_OF_MEMORY, Outcome, get_backend
 
 if TYPE_CHECKING:
     from _typeshed import ReadableBuffer
@@ -538,7 +538,7 @@ def _send(runner: Runner, start: Start, outcome: Outcome | bytes, client: Client
         error = f"the program's {'value' if ok else 'error report'} is too large for one "
         error += f"Result frame: {exc}"
     except MemoryError:  # only ever before anything was sent
-        error = "out of memory while encoding the program's value (MemoryError)"
+        error = VALUE_OUT_OF_MEMORY
     runner.send_result(result(False, kind=Kind.LIMIT, error=error))
 
 

@@ -31,10 +31,15 @@ __all__ = [
     "Backend",
     "BackendFactory",
     "Outcome",
+    "VALUE_OUT_OF_MEMORY",
     "backend_names",
     "get_backend",
     "register_backend",
 ]
+
+#: Why a program that succeeded fails after all, when its value could not be encoded or
+#: framed for want of memory (kind ``limit``).
+VALUE_OUT_OF_MEMORY: Final = "out of memory while encoding the program's value (MemoryError)"
 
 
 @final

@@ -66,7 +66,7 @@ from protocol import CallError, Kind
 
 from .._host import Host
 from .._value import encode_json, encode_json_bytes
-from . import Outcome
+from . import VALUE_OUT_OF_MEMORY, Outcome
 
 if TYPE_CHECKING:
     import traceback
@@ -86,9 +86,6 @@ _VALUE_NAME: Final = "__runner_value__"
 # ``inspect.CO_COROUTINE``: set on code compiled from a module that awaits at top level.
 # Spelled out so that the check does not import inspect.
 _CO_COROUTINE: Final = 0x0080
-
-# The failure of a program whose value does not fit in memory once encoded.
-_VALUE_OUT_OF_MEMORY: Final = "out of memory while encoding the program's value (MemoryError)"
 
 # A failure's text is for people; past this many characters it is cut (a program that
 # raises with a 100 MB message must still get a Result out, in one frame).
@@ -145,7 +142,7 @@ class PythonBackend:
         try:
             return Outcome.success(ended.decode("utf-8"))
         except MemoryError:
-            return Outcome.failure(Kind.LIMIT, _VALUE_OUT_OF_MEMORY)
+            return Outcome.failure(Kind.LIMIT, VALUE_OUT_OF_MEMORY)
 
     def run_json(self, start: Start, client: Client | None) -> Outcome | bytes:
         """:meth:`run`, but the value of a program that succeeds comes as its JSON bytes.
@@ -311,7 +308,7 @@ def _encode_value(value: object) -> Outcome | bytes:
     except TypeError as exc:
         return Outcome.failure(Kind.INVALID, f"the program's value has no JSON form: {exc}")
     except MemoryError:
-        return Outcome.failure(Kind.LIMIT, _VALUE_OUT_OF_MEMORY)
+        return Outcome.failure(Kind.LIMIT, VALUE_OUT_OF_MEMORY)
 
 
 # -- failures, for people --------------------------------------------------------------

@@ -99,9 +99,6 @@ _CLEANUP_DEADLINE: Final = 10.0
 #: CPU watcher's shortest sleep, times the number of CPUs.
 _CPU_SLACK: Final = 0.02
 _READ_CHUNK: Final = 1 << 16
-#: Reads of the Result that found data, in a row, before the host yields to its event loop
-#: once: a child that writes without pause must not starve the wall clock or cancellation.
-_READS_PER_CHECKPOINT: Final = 8
 #: After a short read of a program's output, how long the host lets more gather in the pipe
 #: before it reads again. The runner's streams write through, so a program that prints line
 #: by line puts each line in the pipe at once; reading each as it came would wake the host
@@ -584,7 +581,6 @@ class _Run:
             self.stdout.fd: self.stdout.drain,
             self.stderr.fd: self.stderr.drain,
         }
-        streak = 0
         try:
             await channel.send_all(core.send_start(start))
             with select.epoll(len(later) + 1) as ready:
@@ -598,12 +594,10 @@ class _Run:
                         return item
                     # What is in the pipe now is read now: a large Result is many reads,
                     # and a trip through the event loop for each took twice their time.
-                    data = channel.receive_nowait()
+                    # (The channel still yields to the loop every few reads in a row.)
+                    data = await channel.receive_ready()
                     if data is not None:
                         core.receive_data(data)
-                        streak += 1
-                        if streak % _READS_PER_CHECKPOINT == 0:
-                            await anyio.lowlevel.checkpoint()
                         continue
                     await anyio.wait_readable(ready.fileno())
                     for fd, _ in ready.poll(0):
