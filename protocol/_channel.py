@@ -84,10 +84,14 @@ class FdChannel:
             anyio.BrokenResourceError: the descriptor failed (not a clean EOF).
         """
         while True:
-            data = await self.receive_ready(max_bytes)
-            if data is not None:
-                return data
-            await self._wait(self._read_fd, readable=True)
+            data = self.receive_nowait(max_bytes)
+            if data is None:
+                self._streak = 0
+                await self._wait(self._read_fd, readable=True)
+                continue
+            if self._long_streak():
+                await anyio.lowlevel.checkpoint()
+            return data
 
     async def receive_ready(self, max_bytes: int = _READ_CHUNK) -> bytes | None:
         """What :meth:`receive` would return now, without waiting for it; ``None`` if the
@@ -100,12 +104,18 @@ class FdChannel:
         data = self.receive_nowait(max_bytes)
         if data is None:
             self._streak = 0
-            return None
-        self._streak += 1
-        if self._streak >= _READS_PER_CHECKPOINT:
-            self._streak = 0
+        elif self._long_streak():
             await anyio.lowlevel.checkpoint()
         return data
+
+    def _long_streak(self) -> bool:
+        """Count one more read in a row that found data; True (and start counting again)
+        when it is time to yield to the event loop."""
+        self._streak += 1
+        if self._streak < _READS_PER_CHECKPOINT:
+            return False
+        self._streak = 0
+        return True
 
     def receive_nowait(self, max_bytes: int = _READ_CHUNK) -> bytes | None:
         """Bytes from the peer if any are there now (``b""`` at its EOF); ``None`` if none.
