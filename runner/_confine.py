@@ -89,19 +89,20 @@ def confine(
     detach: bool = False,
     view: int | None = None,
     pid_one: bool = False,
+    net: int | None = None,
 ) -> None:
     """Put up every wall (see the module docstring); returns inside them, as PID 1.
 
     ``detach``: the calling process leaves PID 1 to its supervisor rather than waiting
     outside for it; ``view``: a shared view's mount namespace to copy (closed here);
-    ``pid_one``: the process was forked PID 1 already (see
-    :func:`runner._namespaces.enter`).
+    ``pid_one``: the process was forked PID 1 already; ``net``: a network namespace made
+    for this run (closed here; see :func:`runner._namespaces.enter`).
 
     Raises:
         ValueError, OSError: a wall could not be put up; the program must not run.
     """
     spec = _spec(request)
-    _namespaces.enter(spec, detach=detach, view=view, pid_one=pid_one)
+    _namespaces.enter(spec, detach=detach, view=view, pid_one=pid_one, net=net)
     read_only = (*spec.read_only, *(inside for _, inside in spec.placed))
     _landlock.restrict(
         read_only=read_only,

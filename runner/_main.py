@@ -160,6 +160,7 @@ class Arguments:
         "call_fds",
         "confine",
         "linger",
+        "net",
         "pid_one",
         "ready_fd",
         "start_fds",
@@ -182,6 +183,7 @@ class Arguments:
         linger: bool = True,
         view: int | None = None,
         pid_one: bool = False,
+        net: int | None = None,
         warm_up: bool = True,
     ) -> None:
         self.start_fds = start_fds
@@ -193,9 +195,11 @@ class Arguments:
         self.supervised = supervised
         self.linger = linger
         #: From the zygote (see :func:`runner._confine.confine`): a shared view's mount
-        #: namespace to copy, and whether this process was forked PID 1 already.
+        #: namespace to copy, whether this process was forked PID 1 already, and a network
+        #: namespace made for this run.
         self.view = view
         self.pid_one = pid_one
+        self.net = net
         #: Prepare the backend before saying ready (see :func:`_load_backend`).
         self.warm_up = warm_up
 
@@ -470,13 +474,18 @@ def _print_for(out: Any, err: Any, builtin: Callable[..., None]) -> Callable[...
 
 
 def _confine(
-    request_json: str, *, detach: bool = False, view: int | None = None, pid_one: bool = False
+    request_json: str,
+    *,
+    detach: bool = False,
+    view: int | None = None,
+    pid_one: bool = False,
+    net: int | None = None,
 ) -> str | None:
     """Put up the confined level's walls; None when they are up, else why not."""
     from ._confine import confine, parse
 
     try:
-        confine(parse(request_json), detach=detach, view=view, pid_one=pid_one)
+        confine(parse(request_json), detach=detach, view=view, pid_one=pid_one, net=net)
     except (ValueError, OSError) as exc:
         return f"the sandbox's walls could not be put up: {exc}"
     return None
@@ -657,7 +666,13 @@ def _load_backend(args: Arguments) -> Backend | None:
 def _confine_before_start(args: Arguments) -> bool:
     """The walls, before the Start (``--ready``); False (the host told why) if they failed."""
     # A supervised runner's PID 1 goes to the zygote, which reports it to the host.
-    failure = _confine(args.confine, detach=args.supervised, view=args.view, pid_one=args.pid_one)
+    failure = _confine(
+        args.confine,
+        detach=args.supervised,
+        view=args.view,
+        pid_one=args.pid_one,
+        net=args.net,
+    )
     if failure is None:
         return True
     # Nothing of the run has arrived; the host is told why.

@@ -96,6 +96,14 @@ zygote) that forks many runners of one spec saves them two steps (:func:`enter`'
 * **PID 1 at birth.** :func:`fork_pid_one`: the template unshares ``CLONE_NEWPID`` (which
   only sets where its next child is born) and forks; the child is PID 1 of its namespace
   from the start, with no second fork and no process left between it and the template.
+* **A network namespace made ahead.** :func:`make_network_namespace`: the template makes a
+  new network namespace, brings its loopback up and keeps a descriptor of it, then goes
+  back to its own, while it has nothing else to do; it gives each one to a single runner,
+  which joins it (``setns``) rather than making its own (step 2 without
+  ``CLONE_NEWNET``, and step 4's loopback already up). Nothing is shared: a namespace
+  made ahead is one run's, as one made in step 2 would be, and no process is in it before
+  that run's. It saves the run the kernel's making of a network namespace, about 0.6 ms
+  of its path here (the unshare of step 2 took 0.75 ms with it, 0.16 ms without).
 
 Measured on the same VM (Linux 6.18, loaded by other users; medians of 40 children,
 alternated with the path above in one run): the child's walls (from the start of
@@ -1187,7 +1195,12 @@ def _drop_privileges(plan: _Plan) -> None:
 
 
 def enter(
-    spec: ConfineSpec, *, detach: bool = False, view: int | None = None, pid_one: bool = False
+    spec: ConfineSpec,
+    *,
+    detach: bool = False,
+    view: int | None = None,
+    pid_one: bool = False,
+    net: int | None = None,
 ) -> None:
     """Confine the calling process: namespaces, the view, the identity; return as PID 1.
 
@@ -1207,7 +1220,10 @@ def enter(
       which this closes: the run copies it rather than building its own view;
     * ``pid_one``: the calling process was forked PID 1 of a PID namespace of its own
       (:func:`fork_pid_one`): it makes no PID namespace and does not fork, and the call
-      returns in it (no middle, as with ``detach``).
+      returns in it (no middle, as with ``detach``);
+    * ``net``: a descriptor of a network namespace made for this run alone, ahead of it,
+      its loopback up (:func:`make_network_namespace`), which this closes: the run joins
+      it rather than making its own.
 
     Raises:
         ValueError: the spec cannot be built here, or the process holds a directory
@@ -1221,15 +1237,20 @@ def enter(
         raise ValueError("this spec cannot take its view from a shared one")
     if pid_one and (os.getpid() != 1 or os.geteuid() != 0):
         raise ValueError("pid_one: the process is not a root caller's PID 1")
+    if net is not None and os.geteuid() != 0:
+        raise ValueError("net: only a root caller joins a network namespace made ahead")
     mounts = None if view is None else _shared_mounts(tuple(spec.read_only), _pairs(spec.placed))
     plan = _plan(spec, mounts)
     _refuse_directory_descriptors()
     _libc()  # load it while the host's libraries are still there
-    _unshare_all(privileged=plan.privileged, mount=view is None, pid=not pid_one)
+    _unshare_all(privileged=plan.privileged, mount=view is None, pid=not pid_one, net=net is None)
     if not plan.privileged:
         _map_ids(plan.uid, plan.gid, plan.host_uid, plan.host_gid)
     socket.sethostname(plan.hostname)
-    _loopback_up()
+    if net is None:
+        _loopback_up()
+    else:
+        _join_network_namespace(net)
     middle = None if pid_one else _become_pid_one(detach=detach)
     try:
         _wall_in(plan, middle, view)
@@ -1269,6 +1290,58 @@ class PidNamespaceStuck(OSError):
     """:func:`fork_pid_one` could not set back where its caller's children are born."""
 
 
+def make_network_namespace(own_network_namespace: int) -> int:
+    """A new network namespace, its loopback up and nothing else in it, for one run to join
+    later (:func:`enter`'s ``net``): a root caller makes it ahead, off the run's path.
+
+    The caller enters the new namespace for the time it takes to bring the loopback up and
+    take a descriptor of it, then goes back to ``own_network_namespace`` (a descriptor of
+    its own ``/proc/self/ns/net``): it must be single-threaded, and open no socket meanwhile
+    (there is no chance to: this is one call).
+
+    Returns:
+        A close-on-exec descriptor of the new namespace; it lives as long as a descriptor
+        of it or a process in it does.
+
+    Raises:
+        OSError: the namespace could not be made (the caller is as it was).
+        NetworkNamespaceStuck: the caller could not go back to ``own_network_namespace``:
+            it is in the new namespace, and must make no network namespace, socket or
+            child any more.
+    """
+    _unshare(_CLONE_NEWNET, "CLONE_NEWNET")
+    made: int | None = None
+    try:
+        _loopback_up()
+        made = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    finally:
+        try:
+            _setns(own_network_namespace, _CLONE_NEWNET, "CLONE_NEWNET")
+        except OSError as exc:
+            if made is not None:
+                os.close(made)
+            raise NetworkNamespaceStuck(exc.errno, str(exc)) from None
+    return made
+
+
+class NetworkNamespaceStuck(OSError):
+    """:func:`make_network_namespace` could not take its caller back to its own network
+    namespace."""
+
+
+def _join_network_namespace(net: int) -> None:
+    """Join the network namespace ``net`` (made ahead for this run: its loopback is up), and
+    close it.
+
+    Raises:
+        OSError: ``net`` is not a network namespace, or the kernel refused.
+    """
+    try:
+        _setns(net, _CLONE_NEWNET, "CLONE_NEWNET")
+    finally:
+        os.close(net)
+
+
 def _set_back(own_pid_namespace: int, child: int | None) -> None:
     """Children of the caller are born in ``own_pid_namespace`` again; else ``child`` (if
     any) is killed and :class:`PidNamespaceStuck` raised."""
@@ -1282,10 +1355,13 @@ def _set_back(own_pid_namespace: int, child: int | None) -> None:
         raise PidNamespaceStuck(exc.errno, str(exc)) from None
 
 
-def _unshare_all(*, privileged: bool, mount: bool = True, pid: bool = True) -> None:
+def _unshare_all(
+    *, privileged: bool, mount: bool = True, pid: bool = True, net: bool = True
+) -> None:
     """Step 2: every namespace in one unshare (the user namespace but for a root caller;
     the mount namespace unless the view is copied from a shared one; the PID namespace
-    unless the process was born PID 1 of one).
+    unless the process was born PID 1 of one; the network namespace unless one was made
+    ahead for the run).
 
     Raises:
         OSError: the kernel refused (``EINVAL`` says the process may be multithreaded).
@@ -1296,7 +1372,9 @@ def _unshare_all(*, privileged: bool, mount: bool = True, pid: bool = True) -> N
     namespaces = tuple(
         (name, flag)
         for name, flag in namespaces
-        if (mount or flag != _CLONE_NEWNS) and (pid or flag != _CLONE_NEWPID)
+        if (mount or flag != _CLONE_NEWNS)
+        and (pid or flag != _CLONE_NEWPID)
+        and (net or flag != _CLONE_NEWNET)
     )
     flags = 0
     for _, flag in namespaces:

@@ -35,12 +35,18 @@ request the zygote forks once. In the child, before anything of the run arrives,
 * ``cold``: executes a fresh ``python -I -S`` runner with the same descriptors instead:
   the reference point that shows what the warm path saves.
 
-A root zygote does two things for a warm confined child beforehand: it forks it PID 1 of a
-PID namespace of its own (:func:`runner._namespaces.fork_pid_one`: no second fork), and
+A root zygote does three things for a warm confined child beforehand: it forks it PID 1 of
+a PID namespace of its own (:func:`runner._namespaces.fork_pid_one`: no second fork); it
 hands it a descriptor of the **shared view** (descriptor 8), a mount namespace holding the
 read-only view of the host, which a helper process builds once per set of read-only paths
 (:func:`_build_shared_view`) and which each child copies rather than building its own
-(see :mod:`runner._namespaces`, *The shared view*).
+(see :mod:`runner._namespaces`, *The shared view*); and it hands it a **network namespace
+made ahead** for that child alone (the next descriptor), its loopback up, which the child
+joins rather than making its own. Making one costs the kernel about 0.6 ms, which the
+zygote spends while it has no request to serve: once it has forked a confined child, it
+keeps up to :data:`_SPARE_NETWORKS` of them (:func:`runner._namespaces.make_network_namespace`),
+and a child forked when there is none makes its own. Each is given to one child and
+closed in the zygote when it is: no two runs ever share one.
 
 In the zygote, the report socket gets ``forked`` (with a pidfd of the child attached);
 for a confined child, ``moved`` (with a pidfd) once the child has forked PID 1 of its
@@ -96,8 +102,11 @@ __all__ = ["main"]
 
 #: Where the run's channels and ready pipe land in the child (0, 1, 2 are its stdio).
 _CHILD_FDS: Final = (3, 4, 5, 6, 7)
-#: Where a shared view's mount namespace lands in a confined child (see ``_Job.view``).
+#: Where a shared view's mount namespace lands in a confined child (see ``_Job.view``), and
+#: after it (or here, without one) the run's network namespace made ahead (``_Job.net``).
 _VIEW_FD: Final = 8
+#: How many network namespaces a root zygote keeps made ahead for its confined children.
+_SPARE_NETWORKS: Final = 4
 _PR_SET_CHILD_SUBREAPER: Final = 36
 #: How long the zygote waits for a shared view to be built (a few milliseconds, normally).
 _SHARED_VIEW_TIMEOUT: Final = 10.0
@@ -242,9 +251,19 @@ class _Zygote:
         #: A root zygote's own PID namespace: it forks each confined runner PID 1 of a new
         #: one (see :func:`runner._namespaces.fork_pid_one`).
         self.pid_namespace: int | None = None
+        #: A root zygote's own network namespace, which it goes back to after making each
+        #: of the ``spare_networks`` (see :meth:`_make_spare_network`).
+        self.net_namespace: int | None = None
+        self.spare_networks: list[int] = []
+        #: Whether to keep spare network namespaces: once a child was forked that would
+        #: take one, unless making one failed.
+        self.wants_networks = False
+        self.networks_failed = False
         if os.geteuid() == 0:
             with contextlib.suppress(OSError):
                 self.pid_namespace = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+            with contextlib.suppress(OSError):
+                self.net_namespace = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
 
     def serve(self) -> NoReturn:
         signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
@@ -258,9 +277,13 @@ class _Zygote:
         gc.freeze()  # the children share these pages; no collection will touch them
         _send(self.control, Forked(os.getpid()))  # hello: the host learns our pid
         while True:
+            short = self._short_of_networks()
             try:
-                events = poller.poll()
+                events = poller.poll(0 if short else None)
             except InterruptedError:  # pragma: no cover (PEP 475 retries)
+                continue
+            if not events and short:  # nothing to serve: make a network namespace ahead
+                self._make_spare_network()
                 continue
             for fd, _ in events:
                 if fd == self.wake_r:
@@ -298,15 +321,48 @@ class _Zygote:
         self._fork(request, fds[:-1], report)
         return True
 
+    def _short_of_networks(self) -> bool:
+        return (
+            self.wants_networks
+            and not self.networks_failed
+            and len(self.spare_networks) < _SPARE_NETWORKS
+        )
+
+    def _make_spare_network(self) -> None:
+        """Make one network namespace ahead (see the module docstring); if that fails, say
+        so and make no more (the children make their own)."""
+        from . import _namespaces
+
+        assert self.net_namespace is not None
+        try:
+            self.spare_networks.append(_namespaces.make_network_namespace(self.net_namespace))
+        except _namespaces.NetworkNamespaceStuck as exc:
+            # In another network namespace for good: the next child forked for a run at the
+            # process level would have no network of the host's. Nothing more is forked.
+            sys.stderr.write(f"runner: the zygote's network namespace is lost ({exc})\n")
+            self._shutdown()
+        except OSError as exc:
+            sys.stderr.write(f"runner: no network namespaces made ahead ({exc})\n")
+            self.networks_failed = True
+
+    def _take_spare_network(self) -> int | None:
+        """A network namespace made ahead, for the child about to be forked (the caller
+        closes it once forked); None if there is none (the child makes its own)."""
+        self.wants_networks = self.net_namespace is not None
+        return self.spare_networks.pop(0) if self.spare_networks else None
+
     def _fork(self, request: ForkRequest, fds: list[int], report: socket.socket) -> None:
         view: int | None = None
         pid_one = False
+        net: int | None = None
         if request.confine:
             view, pid_one = self._prepare_confined(request)
+            if pid_one:  # a root zygote's warm child (where a view can be shared too)
+                net = self._take_spare_network()
         try:
             pid = self._fork_pid_one() if pid_one else os.fork()
         except OSError as exc:
-            for fd in fds:
+            for fd in fds if net is None else (*fds, net):
                 os.close(fd)
             _send(report, Failed(f"fork: {exc}"))
             report.close()
@@ -317,9 +373,12 @@ class _Zygote:
             return
         if pid == 0:
             own_view = None if view is None else _dup_high(view)
+            own_net = None if net is None else _dup_high(net)
+            if net is not None:
+                os.close(net)
             self._leave(report)
-            raise _Unwind(_Job(request, fds, view=own_view, pid_one=pid_one))
-        for fd in fds:
+            raise _Unwind(_Job(request, fds, view=own_view, pid_one=pid_one, net=own_net))
+        for fd in fds if net is None else (*fds, net):
             os.close(fd)
         runner = _Runner(report, request)
         try:
@@ -372,13 +431,15 @@ class _Zygote:
         # Closed here, not when they are freed: by then their numbers may be someone else's.
         # (A close that fails leaves a descriptor the child closes with the others.)
         views = [fd for fd in self.views.values() if fd is not None]
-        for fd in (self.wake_r, self.wake_w, *views, self.pid_namespace):
+        namespaces = (self.pid_namespace, self.net_namespace, *self.spare_networks)
+        for fd in (self.wake_r, self.wake_w, *views, *namespaces):
             if fd is None:
                 continue
             with contextlib.suppress(OSError):
                 os.close(fd)
         self.views.clear()
-        self.pid_namespace = None
+        self.pid_namespace = self.net_namespace = None
+        self.spare_networks = []
         for sock in (self.control, report, *(r.report for r in self.runners.values())):
             with contextlib.suppress(OSError):
                 sock.close()
@@ -482,10 +543,16 @@ class _Job:
     """What a forked child takes out of the zygote: its request and descriptors, and which
     descriptor to say why on if it cannot start. :func:`_become_runner` empties it."""
 
-    __slots__ = ("fds", "pid_one", "ready", "request", "view")
+    __slots__ = ("fds", "net", "pid_one", "ready", "request", "view")
 
     def __init__(
-        self, request: ForkRequest, fds: list[int], *, view: int | None, pid_one: bool
+        self,
+        request: ForkRequest,
+        fds: list[int],
+        *,
+        view: int | None,
+        pid_one: bool,
+        net: int | None = None,
     ) -> None:
         self.request: ForkRequest | None = request
         self.fds = fds
@@ -494,6 +561,8 @@ class _Job:
         #: child was forked PID 1 of its namespace.
         self.view = view
         self.pid_one = pid_one
+        #: A network namespace made ahead for this child alone (see :class:`_Zygote`).
+        self.net = net
 
 
 class _Unwind(BaseException):
@@ -588,8 +657,8 @@ def _join_cgroups(procs_files: Sequence[str]) -> None:
 
 def _place_descriptors(job: _Job, fds: list[int]) -> None:
     """Make the run's pipes this process's stdio (0-2), channels (3-6) and ready pipe (7),
-    with ``/dev/null`` as stdin, and the shared view (if any) 8; close every other
-    descriptor."""
+    with ``/dev/null`` as stdin, then the shared view (if any) 8 and the network namespace
+    made ahead (if any) the next; close every other descriptor."""
     start_r, start_w, call_r, call_w, out_w, err_w, ready_w = fds
     null = os.open("/dev/null", os.O_RDWR)
     # Out of the way of 0-7 first, then into place.
@@ -601,10 +670,14 @@ def _place_descriptors(job: _Job, fds: list[int]) -> None:
         os.dup2(fd, target)
     os.dup2(ready_high, 7)
     job.ready = 7
+    after = _VIEW_FD
     if job.view is not None:  # a shared view's mount namespace, for the runner to copy
-        os.dup2(job.view, _VIEW_FD, inheritable=False)
-        job.view = _VIEW_FD
-    os.closerange(_VIEW_FD if job.view is None else _VIEW_FD + 1, os.sysconf("SC_OPEN_MAX"))
+        os.dup2(job.view, after, inheritable=False)
+        job.view, after = after, after + 1
+    if job.net is not None:  # the run's network namespace, for the runner to join
+        os.dup2(job.net, after, inheritable=False)
+        job.net, after = after, after + 1
+    os.closerange(after, os.sysconf("SC_OPEN_MAX"))
 
 
 def _runner_options(request: ForkRequest) -> list[str]:
@@ -637,6 +710,7 @@ def _warm_runner(request: ForkRequest, arguments: list[str], job: _Job) -> _main
         linger=request.linger,
         view=job.view,
         pid_one=job.pid_one,
+        net=job.net,
         warm_up=request.warm_up,
     )
 

@@ -1105,3 +1105,90 @@ def test_enter_refuses_what_a_template_did_not_prepare() -> None:
         enter(spec, view=0)
     with pytest.raises(ValueError, match="PID 1"):
         enter(ConfineSpec(read_only=("/usr",), **HOST), pid_one=True)
+    if os.geteuid() != 0:  # the non-root pass (make test-nonroot) checks this one
+        with pytest.raises(ValueError, match="net: only a root caller"):
+            enter(ConfineSpec(read_only=("/usr",), **HOST), net=0)
+
+
+#: In a child: make a network namespace ahead as the zygote does, join it, report what is in
+#: it; with ``own`` a descriptor that is not the caller's network namespace, the way back
+#: fails and the child reports where it was left.
+_MAKE_NETWORK = """
+import fcntl, json, os, socket, struct, sys
+sys.path[:0] = {sys_path!r}
+from runner import _namespaces
+
+before = os.readlink("/proc/self/ns/net")
+own = os.open({own!r}, os.O_RDONLY | os.O_CLOEXEC)
+try:
+    made = _namespaces.make_network_namespace(own)
+except _namespaces.NetworkNamespaceStuck as exc:
+    print(json.dumps({{"stuck": str(exc), "before": before,
+                      "after": os.readlink("/proc/self/ns/net")}}))
+    sys.exit(0)
+after = os.readlink("/proc/self/ns/net")
+name = os.readlink(f"/proc/self/fd/{{made}}")
+cloexec = bool(fcntl.fcntl(made, fcntl.F_GETFD) & fcntl.FD_CLOEXEC)
+_namespaces._join_network_namespace(made)
+try:
+    os.fstat(made)
+    closed = False
+except OSError:
+    closed = True
+with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+    request = struct.pack("16sH14x", b"lo", 0)
+    flags = struct.unpack("16sH14x", fcntl.ioctl(sock.fileno(), 0x8913, request))[1]
+    sock.bind(("127.0.0.1", 0))
+    sock.sendto(b"ping", sock.getsockname())
+    echoed = sock.recv(4).decode()
+print(json.dumps({{"before": before, "after": after, "made": name, "cloexec": cloexec,
+                  "joined": os.readlink("/proc/self/ns/net"), "closed": closed,
+                  "interfaces": socket.if_nameindex(), "lo_up": bool(flags & 1),
+                  "echoed": echoed}}))
+"""
+
+
+def _make_network(own: str) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", _MAKE_NETWORK.format(sys_path=SYS_PATH, own=own)],
+        capture_output=True,
+        timeout=TIMEOUT,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+    report: dict[str, Any] = json.loads(done.stdout)
+    return report
+
+
+def test_a_network_namespace_made_ahead_holds_only_a_loopback_that_is_up(
+    namespaces: None,
+) -> None:
+    """What a root zygote makes ahead for a run: a new network namespace with ``lo`` up and
+    nothing else, held by a close-on-exec descriptor; its maker is back in its own
+    namespace; the run that joins it closes the descriptor."""
+    if os.geteuid() != 0:
+        pytest.skip("only a root caller makes network namespaces ahead")
+    report = _make_network("/proc/self/ns/net")
+    assert report["after"] == report["before"] == os.readlink("/proc/self/ns/net")
+    assert report["made"].startswith("net:[")
+    assert report["made"] != report["before"]
+    assert report["cloexec"]
+    assert report["joined"] == report["made"]
+    assert report["closed"]
+    assert report["interfaces"] == [[1, "lo"]]
+    assert report["lo_up"]
+    assert report["echoed"] == "ping"
+
+
+def test_a_maker_that_cannot_go_back_to_its_network_namespace_says_so(
+    namespaces: None,
+) -> None:
+    """If the way back fails (here: the descriptor given is a UTS namespace's), the maker is
+    told it is stuck in the namespace it made (the zygote then stops: its next child at
+    the ``process`` level would have no network of the host's)."""
+    if os.geteuid() != 0:
+        pytest.skip("only a root caller makes network namespaces ahead")
+    report = _make_network("/proc/self/ns/uts")
+    assert "setns(CLONE_NEWNET)" in report["stuck"]
+    assert report["after"] != report["before"]

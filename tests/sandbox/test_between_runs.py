@@ -530,3 +530,85 @@ async def test_runs_copy_a_shared_view_and_leave_it_as_built(spawn: Spawn) -> No
     tmp, proc, read_only, root = json.loads(inspected.stdout)
     assert (tmp, proc, read_only) == ([], [], True)
     assert {"dev", "proc", "tmp"} <= set(root)
+
+
+#: A run's network namespace and what is in it: the loopback up, a datagram to itself.
+NETWORK = r"""
+import fcntl, os, socket, struct
+namespace = os.readlink("/proc/self/ns/net")
+with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+    request = struct.pack("16sH14x", b"lo", 0)
+    flags = struct.unpack("16sH14x", fcntl.ioctl(sock.fileno(), 0x8913, request))[1]
+    sock.bind(("127.0.0.1", 0))
+    sock.sendto(b"ping", sock.getsockname())
+    echoed = sock.recv(4).decode()
+[namespace, socket.if_nameindex(), bool(flags & 1), echoed, await host.held()]
+"""
+
+
+def network_namespaces(pid: int) -> set[str]:
+    """The network namespaces ``pid`` holds descriptors of."""
+    return {name for name in descriptors(pid).values() if name.startswith("net:")}
+
+
+@needs_confinement()
+async def test_each_run_has_a_network_namespace_of_its_own_made_ahead(spawn: Spawn) -> None:
+    """A root zygote makes network namespaces ahead, while it has nothing to serve, and gives
+    each to one warm confined child: the run's namespace is one the zygote held before the
+    child was forked, and no longer holds while the run has it. Whoever made it, each run's
+    is its own (two runs at once have two, neither the host's) with only its loopback, up.
+    """
+    if os.geteuid() != 0:
+        pytest.skip("only a root zygote makes network namespaces ahead")
+    from runner._zygote import _SPARE_NETWORKS
+
+    host_namespace = os.readlink("/proc/self/ns/net")
+    both_in = anyio.Event()
+    arrived = 0
+
+    def zygote() -> int:
+        pid = _supervisor.zygote_pid()
+        assert pid is not None
+        return pid
+
+    async def held() -> list[str]:
+        """The zygote's network namespaces, once both runs of a pair are this far."""
+        nonlocal arrived
+        arrived += 1
+        if arrived % 2 == 0:
+            both_in.set()
+        with anyio.fail_after(10):
+            await both_in.wait()
+        return sorted(network_namespaces(zygote()) - {host_namespace})
+
+    async def spares() -> set[str]:
+        """The zygote's spare namespaces, once it has made all it keeps."""
+        with anyio.fail_after(10):
+            # Another process's descriptors: no event to wait for.
+            while len(found := network_namespaces(zygote()) - {host_namespace}) < _SPARE_NETWORKS:  # noqa: ASYNC110
+                await anyio.sleep(0.02)
+        return found
+
+    async def run(into: list[Any]) -> None:
+        result = await sandbox.run(NETWORK, tools=[held], level=Level.CONFINED)
+        assert result.ok, result.error
+        into.append(result.value)
+
+    for pair in range(3):
+        both_in = anyio.Event()
+        ahead = await spares() if pair and spawn is Spawn.ZYGOTE else None
+        values: list[Any] = []
+        async with anyio.create_task_group() as group:
+            group.start_soon(run, values)
+            group.start_soon(run, values)
+        namespaces = set()
+        for namespace, interfaces, up, echoed, held_meanwhile in values:
+            assert (interfaces, up, echoed) == ([[1, "lo"]], True, "ping")
+            assert namespace != host_namespace
+            assert namespace not in held_meanwhile
+            if ahead is not None:  # forked on demand once the zygote had made its spares
+                assert namespace in ahead
+            namespaces.add(namespace)
+        assert len(namespaces) == 2
+    if spawn is not Spawn.COLD:  # the first warm confined child set the zygote making them
+        assert len(await spares()) == _SPARE_NETWORKS
