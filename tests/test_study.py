@@ -429,7 +429,7 @@ def test_the_share_of_cpu_time_stolen_is_steal_over_all() -> None:
 def test_the_memory_plot_takes_a_mean_a_rounding_above_its_max(tmp_path: Path) -> None:
     """Equal samples can average a rounding above their maximum (3.6536320000000004 over
     four of 3.653632, in a full run here): the plot's error bar is then 0, not refused."""
-    doc = json.loads((RESULTS / "study-2026-12-04.json").read_text(encoding="utf-8"))
+    doc = json.loads((RESULTS / "study-2026-12-04-ff8d524.json").read_text(encoding="utf-8"))
     uss = {"mean": 3.6536320000000004, "max": 3.653632, "min": 3.653632}
     for entry in doc["memory"]["in_run"].values():
         if entry.get("summary"):
