@@ -19,10 +19,11 @@ none of our business). Three ways to get a child (:class:`Spawn`):
     not on the run's path at all.
 
 Whichever way, a child is prepared the same way (:class:`Child`): the host makes the run's
-working directory, its cgroups (no limits yet), its pipes and its report socket, and sends
-them with a :class:`~protocol.ForkRequest`. The child joins the cgroups, puts up the
-confined level's walls if asked, and writes ``ready``; then the host sets the run's limits
-(cgroup limits, rlimits on every process of the run) and only then sends the Start. No
+working directory, its cgroups (with the default budget's limits), its pipes and its
+report socket, and sends them with a :class:`~protocol.ForkRequest`. The child joins the
+cgroups, puts up the confined level's walls if asked, and writes ``ready``; then the host
+sets the run's limits (the cgroups' where the run's budget differs from the default, and
+rlimits on every process of the run) and only then sends the Start. No
 child ever serves two runs: a runner exits after its one Result.
 
 What the host holds of a child is three small handles, each with an end of its own, which
@@ -325,7 +326,7 @@ class Child:
         disk_bytes: int | None = DEFAULT_DISK_BYTES,
         workspace: Workspace | None = None,
     ) -> None:
-        """Make the run's working directory, cgroups (no limits yet) and pipes; for a
+        """Make the run's working directory, cgroups (the default limits) and pipes; for a
         confined run on a root host, lease its uid (:mod:`sandbox._uid`).
 
         ``disk_bytes``: a confined run's file system (its working directory and ``/tmp``;

@@ -33,6 +33,7 @@ from typing import Final
 from protocol import CGROUP_PREFIX, WORKDIR_PREFIX
 from runner import default_disk_files
 
+from .._budget import DEFAULTS
 from .._errors import SandboxError, SpawnFailed
 from . import _uid
 from ._cgroups import CgroupSet
@@ -62,8 +63,9 @@ class Workspace:
     docstring)."""
 
     def __init__(self, *, confined: bool, use_cgroups: bool, disk_bytes: int | None) -> None:
-        """Make the run's working directory and cgroups (no limits yet); for a confined
-        run on a root host, lease its uid.
+        """Make the run's working directory and cgroups (with the default budget's memory
+        and process limits: most runs keep them, and a workspace is most often made ahead
+        of its run, off its path); for a confined run on a root host, lease its uid.
 
         ``disk_bytes``: a confined run's file system (its working directory and ``/tmp``;
         None: no bound but memory); the host's working directory stays empty.
@@ -88,7 +90,9 @@ class Workspace:
                 self.lease = _uid.lease()
             if use_cgroups:
                 self.cgroups = CgroupSet.create(
-                    f"{CGROUP_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:16]}", memory=None, pids=None
+                    f"{CGROUP_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:16]}",
+                    memory=int(DEFAULTS["max_memory"]),
+                    pids=int(DEFAULTS["max_processes"]),
                 )
         except OSError as exc:
             self.remove(runner_gone=True)

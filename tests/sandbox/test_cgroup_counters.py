@@ -16,6 +16,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -156,3 +157,70 @@ def test_a_base_removed_since_is_made_again() -> None:
             for path in (base, base.parent):
                 with contextlib.suppress(OSError):
                     path.rmdir()
+
+
+def _limits_read(cgroups: CgroupSet) -> dict[str, str]:
+    """The set's limit files, opened afresh, by name."""
+    return {
+        path.name: path.read_text().strip()
+        for path in cgroups.hierarchy.limit_files(cgroups.dirs)
+        if path.exists()
+    }
+
+
+def _memory_limits(read: dict[str, str]) -> set[int | None]:
+    """The memory limits of ``read``, None for none (v1: -1 reads as a page-rounded
+    maximum; v2: ``max``); v2's swap, always 0 or none, is left out."""
+    found: set[int | None] = set()
+    for name, text in read.items():
+        if name.startswith("memory.") and "swap" not in name:
+            found.add(None if text == "max" or int(text) >= 1 << 62 else int(text))
+        elif name == "memory.memsw.limit_in_bytes":
+            found.add(None if int(text) >= 1 << 62 else int(text))
+    return found
+
+
+@needs_enforcing("max_memory")
+def test_limits_move_up_down_and_off_in_any_order(cgroups: CgroupSet) -> None:
+    """A set's limits can be raised, lowered and lifted after they were set (a set made
+    ahead has the default budget's from the start): on cgroup v1 the memory limit may
+    never be above the swap one, so one of the two orders is refused by the kernel each
+    time; the memory and swap limits end equal whichever way the limit moved."""
+    for memory, pids in (
+        (256 << 20, 30),
+        (1 << 30, 40),
+        (64 << 20, 10),
+        (None, None),
+        (128 << 20, 5),
+    ):
+        cgroups.set_limits(memory=memory, pids=pids)
+        read = _limits_read(cgroups)
+        assert _memory_limits(read) == {memory}, read
+        assert read["pids.max"] == ("max" if pids is None else str(pids))
+        if "memory.swap.max" in read:  # v2: no swap while memory is limited
+            assert read["memory.swap.max"] == ("max" if memory is None else "0")
+
+
+def test_limits_the_set_has_already_are_not_written_again(
+    cgroups: CgroupSet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Setting the limits a set has already writes nothing (a run of the default budget
+    sets none on its path); after a write the kernel refused, they are written again."""
+    written: list[tuple[int | None, int | None]] = []
+    real = cgroups.hierarchy.set_limits
+
+    def counted(dirs: Any, *, memory: int | None, pids: int | None) -> None:
+        written.append((memory, pids))
+        real(dirs, memory=memory, pids=pids)
+
+    monkeypatch.setattr(cgroups.hierarchy, "set_limits", counted)
+    held = cgroups.controllers()
+    memory = 200 << 20 if "memory" in held else None
+    cgroups.set_limits(memory=memory, pids=21)
+    cgroups.set_limits(memory=memory, pids=21)
+    assert written == [(memory, 21)]
+    with pytest.raises(OSError):
+        cgroups.set_limits(memory=memory, pids=-5)
+    cgroups.set_limits(memory=memory, pids=21)  # unknown after the refusal: written again
+    assert written == [(memory, 21), (memory, -5), (memory, 21)]
+    assert _limits_read(cgroups)["pids.max"] == "21"

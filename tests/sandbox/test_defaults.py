@@ -193,3 +193,45 @@ def test_the_readme_lists_every_default_in_one_table() -> None:
         assert default == shown[item], item
     elsewhere = readme.replace(section, "")
     assert "by default |" not in elsewhere
+
+
+@needs_enforcing("max_memory")
+@needs_enforcing("max_processes")
+async def test_a_run_of_the_default_budget_writes_no_cgroup_limit_on_its_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A run's cgroups are made with the default budget's limits (most often ahead of the
+    run, off its path): a run of the default budget writes none once its child is ready,
+    one of another budget writes its own there (and the next default run none again)."""
+    from sandbox import Spawn
+    from sandbox._children import _cgroups
+    from sandbox._engine import _process
+
+    written: list[tuple[int | None, int | None]] = []
+    applying = False
+    hierarchy = _cgroups.hierarchy()
+    real_set, real_apply = hierarchy.set_limits, _process._Run._apply_limits
+
+    def set_limits(dirs: object, *, memory: int | None, pids: int | None) -> None:
+        if applying:
+            written.append((memory, pids))
+        real_set(dirs, memory=memory, pids=pids)  # type: ignore[arg-type]
+
+    def apply_limits(run: _process._Run) -> None:
+        nonlocal applying
+        applying = True
+        try:
+            real_apply(run)
+        finally:
+            applying = False
+
+    monkeypatch.setattr(hierarchy, "set_limits", set_limits)
+    monkeypatch.setattr(_process._Run, "_apply_limits", apply_limits)
+    other = Budget(max_memory=300 << 20, max_processes=20)
+    with sandbox.Pool(size=1) as pool:
+        for spawn in (Spawn.ZYGOTE, pool):
+            for budget, expected in ((None, []), (other, [(300 << 20, 20)]), (None, [])):
+                written.clear()
+                result = await sandbox.run("1", level=Level.PROCESS, spawn=spawn, budget=budget)
+                assert result.ok, result.error
+                assert written == expected, (spawn, budget)
