@@ -6,7 +6,8 @@ The child comes from the layer below (:mod:`sandbox._children`: cold, warm, or f
 pool), already in the run's cgroups, in its own session, with a scrubbed environment and a
 private working directory, and, for ``confined``, behind its walls. It has run nothing of
 the run yet: it waits for its Start. Before sending it, the host sets the run's limits on
-its cgroups and, with ``prlimit``, on its process (CPU, file size, open files, no core
+its cgroups (which were made with the default budget's: only a budget that differs writes
+its own) and, with ``prlimit``, on its process (CPU, file size, open files, no core
 dumps).
 
 The run (:meth:`_Run.drive`): the Server answers calls, two tasks drain stdout and stderr
