@@ -1,4 +1,5 @@
-"""Helpers shared by the tests: OS pipe pairs and child processes that clean up."""
+"""Helpers shared by the tests: OS pipe pairs, child processes that clean up, and code that
+a child runs."""
 
 from __future__ import annotations
 
@@ -16,6 +17,18 @@ from protocol import FdChannel
 
 ROOT = Path(__file__).resolve().parent.parent
 PEER = ROOT / "tests" / "children" / "peer.py"
+
+#: Lines of a child's Python (which has imported ``fcntl``, ``socket`` and ``struct``) that
+#: look at its network namespace's loopback: ``flags``, the flags of ``lo``, and ``echoed``,
+#: what came back of a datagram it sent itself there ("ping").
+LOOPBACK_PROBE = """
+with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+    request = struct.pack("16sH14x", b"lo", 0)
+    flags = struct.unpack("16sH14x", fcntl.ioctl(sock.fileno(), 0x8913, request))[1]
+    sock.bind(("127.0.0.1", 0))
+    sock.sendto(b"ping", sock.getsockname())
+    echoed = sock.recv(4).decode()
+"""
 
 
 @dataclass

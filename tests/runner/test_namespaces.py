@@ -39,6 +39,7 @@ import pytest
 
 from runner._namespaces import ConfineSpec, _plan, enter, probe, python_read_only, shares_view
 from sandbox._children import _uid
+from tests.helpers import LOOPBACK_PROBE
 from tests.host import skip_because_host_cannot
 
 pytestmark = pytest.mark.skipif(
@@ -1135,12 +1136,7 @@ try:
     closed = False
 except OSError:
     closed = True
-with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-    request = struct.pack("16sH14x", b"lo", 0)
-    flags = struct.unpack("16sH14x", fcntl.ioctl(sock.fileno(), 0x8913, request))[1]
-    sock.bind(("127.0.0.1", 0))
-    sock.sendto(b"ping", sock.getsockname())
-    echoed = sock.recv(4).decode()
+{loopback}
 print(json.dumps({{"before": before, "after": after, "made": name, "cloexec": cloexec,
                   "joined": os.readlink("/proc/self/ns/net"), "closed": closed,
                   "interfaces": socket.if_nameindex(), "lo_up": bool(flags & 1),
@@ -1148,9 +1144,13 @@ print(json.dumps({{"before": before, "after": after, "made": name, "cloexec": cl
 """
 
 
+def _make_network_code(own: str) -> str:
+    return _MAKE_NETWORK.format(sys_path=SYS_PATH, own=own, loopback=LOOPBACK_PROBE)
+
+
 def _make_network(own: str) -> dict[str, Any]:
     done = subprocess.run(
-        [sys.executable, "-I", "-S", "-c", _MAKE_NETWORK.format(sys_path=SYS_PATH, own=own)],
+        [sys.executable, "-I", "-S", "-c", _make_network_code(own)],
         capture_output=True,
         timeout=TIMEOUT,
         stdin=subprocess.DEVNULL,

@@ -37,6 +37,7 @@ import pytest
 import sandbox
 from sandbox import Budget, Level, RunResult, Spawn
 from sandbox._children import _supervisor
+from tests.helpers import LOOPBACK_PROBE
 from tests.host import child_levels, needs_confinement
 
 from .conftest import run_processes
@@ -533,15 +534,10 @@ async def test_runs_copy_a_shared_view_and_leave_it_as_built(spawn: Spawn) -> No
 
 
 #: A run's network namespace and what is in it: the loopback up, a datagram to itself.
-NETWORK = r"""
+NETWORK = f"""
 import fcntl, os, socket, struct
 namespace = os.readlink("/proc/self/ns/net")
-with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-    request = struct.pack("16sH14x", b"lo", 0)
-    flags = struct.unpack("16sH14x", fcntl.ioctl(sock.fileno(), 0x8913, request))[1]
-    sock.bind(("127.0.0.1", 0))
-    sock.sendto(b"ping", sock.getsockname())
-    echoed = sock.recv(4).decode()
+{LOOPBACK_PROBE}
 [namespace, socket.if_nameindex(), bool(flags & 1), echoed, await host.held()]
 """
 
