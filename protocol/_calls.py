@@ -220,6 +220,16 @@ class ServerCore:
         """Feed bytes read from the child; ``b""`` means the child closed its end."""
         self._decoder.receive_data(data)
 
+    def receive_buffer(self) -> memoryview | None:
+        """Where to read a large frame's rest straight into, or ``None``
+        (:meth:`protocol.FrameDecoder.receive_buffer`)."""
+        return self._decoder.receive_buffer()
+
+    def received_into(self, nbytes: int) -> None:
+        """Say how many bytes were read into :meth:`receive_buffer`'s view; ``0`` at the
+        child's end."""
+        self._decoder.received_into(nbytes)
+
     def next_request(self) -> Request | Signal:
         """The next Request, or ``NEED_DATA``, or ``CLOSED`` at a clean end of stream.
 
@@ -229,7 +239,10 @@ class ServerCore:
         frame = self._decoder.next_frame_view()
         if isinstance(frame, Signal):
             return frame
-        return decode(REQUEST_DECODER, frame)
+        try:
+            return decode(REQUEST_DECODER, frame)
+        finally:
+            self._decoder.release_frame()
 
     # -- admission ----------------------------------------------------------------
 
@@ -451,6 +464,16 @@ class ClientCore:
         """Feed bytes read from the parent; ``b""`` means the parent closed its end."""
         self._decoder.receive_data(data)
 
+    def receive_buffer(self) -> memoryview | None:
+        """Where to read a large frame's rest straight into, or ``None``
+        (:meth:`protocol.FrameDecoder.receive_buffer`)."""
+        return self._decoder.receive_buffer()
+
+    def received_into(self, nbytes: int) -> None:
+        """Say how many bytes were read into :meth:`receive_buffer`'s view; ``0`` at the
+        parent's end."""
+        self._decoder.received_into(nbytes)
+
     def next_response(self) -> Response | Signal:
         """The next Response (its call is then settled), ``NEED_DATA`` or ``CLOSED``.
 
@@ -465,7 +488,10 @@ class ClientCore:
             if frame is Signal.CLOSED:
                 self._closed = True
             return frame
-        response = decode(RESPONSE_DECODER, frame)
+        try:
+            response = decode(RESPONSE_DECODER, frame)
+        finally:
+            self._decoder.release_frame()
         try:
             self._pending.remove(response.id)
         except KeyError:

@@ -24,19 +24,28 @@ from __future__ import annotations
 
 import errno
 import os
+from typing import Protocol
 
 import anyio
 import anyio.lowlevel
 
 from ._pipesize import DEFAULT_PIPE_BYTES, fit_pipe
 
-__all__ = ["FdChannel"]
+__all__ = ["FdChannel", "Receiver"]
 
 _READ_CHUNK = 1 << 16
 _MAX_READ_CHUNK = 1 << 20
 # Consecutive reads that found data before the reader yields to the event loop once: a
 # peer that writes without pause must not starve handlers, timers and cancellation.
 _READS_PER_CHECKPOINT = 8
+
+
+class Receiver(Protocol):
+    """What :meth:`FdChannel.feed` reads into: a protocol core (its frame decoder)."""
+
+    def receive_data(self, data: bytes) -> None: ...  # pragma: no cover
+    def receive_buffer(self) -> memoryview | None: ...  # pragma: no cover
+    def received_into(self, nbytes: int) -> None: ...  # pragma: no cover
 
 
 class FdChannel:
@@ -83,15 +92,11 @@ class FdChannel:
             anyio.ClosedResourceError: the channel was closed, before or while waiting.
             anyio.BrokenResourceError: the descriptor failed (not a clean EOF).
         """
-        while True:
-            data = self.receive_nowait(max_bytes)
-            if data is None:
-                self._streak = 0
-                await self._wait(self._read_fd, readable=True)
-                continue
-            if self._long_streak():
-                await anyio.lowlevel.checkpoint()
-            return data
+        while (data := self.receive_nowait(max_bytes)) is None:
+            await self._wait_readable()
+        if self._long_streak():
+            await anyio.lowlevel.checkpoint()
+        return data
 
     async def receive_ready(self, max_bytes: int = _READ_CHUNK) -> bytes | None:
         """What :meth:`receive` would return now, without waiting for it; ``None`` if the
@@ -107,6 +112,54 @@ class FdChannel:
         elif self._long_streak():
             await anyio.lowlevel.checkpoint()
         return data
+
+    async def feed(self, core: Receiver) -> None:
+        """Read what the peer sends next (at least one byte, or its EOF) into ``core``:
+        into the buffer it offers for a large frame, else as :meth:`receive` does.
+
+        Raises:
+            as :meth:`receive`; and what ``core`` raises.
+        """
+        view = core.receive_buffer()
+        if view is None:
+            core.receive_data(await self.receive())
+            return
+        with view:
+            while (n := self.receive_into_nowait(view)) is None:
+                await self._wait_readable()
+        if self._long_streak():
+            await anyio.lowlevel.checkpoint()
+        core.received_into(n)
+
+    async def feed_ready(self, core: Receiver) -> bool:
+        """What :meth:`feed` would read now, without waiting for it; False if the peer
+        has sent nothing more yet. Like :meth:`receive_ready`, it yields to the event loop
+        once every few reads in a row that found data.
+
+        Raises:
+            as :meth:`feed`.
+        """
+        view = core.receive_buffer()
+        if view is None:
+            data = self.receive_nowait()
+            found = data is not None
+            if data is not None:
+                core.receive_data(data)
+        else:
+            with view:
+                n = self.receive_into_nowait(view)
+            found = n is not None
+            if n is not None:
+                core.received_into(n)
+        if not found:
+            self._streak = 0
+        elif self._long_streak():
+            await anyio.lowlevel.checkpoint()
+        return found
+
+    async def _wait_readable(self) -> None:
+        self._streak = 0
+        await self._wait(self._read_fd, readable=True)
 
     def _long_streak(self) -> bool:
         """Count one more read in a row that found data; True (and start counting again)
@@ -131,6 +184,22 @@ class FdChannel:
         size = min(max(max_bytes, _READ_CHUNK), _MAX_READ_CHUNK)
         try:
             return os.read(self._read_fd, size)
+        except BlockingIOError:
+            return None
+        except OSError as exc:
+            raise _translate(exc) from exc
+
+    def receive_into_nowait(self, view: memoryview) -> int | None:
+        """Read what is there now into ``view`` (``0`` at the peer's EOF); ``None`` if
+        nothing is. Never waits, never yields to the event loop.
+
+        Raises:
+            as :meth:`receive_nowait`.
+        """
+        if self._closed:
+            raise anyio.ClosedResourceError
+        try:
+            return os.readv(self._read_fd, (view,))
         except BlockingIOError:
             return None
         except OSError as exc:

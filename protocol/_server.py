@@ -154,7 +154,7 @@ class Server:
             if item is Signal.NEED_DATA:
                 if self._backlog_bytes > MAX_BACKLOG_BYTES:
                     await self._wait_drained()
-                core.receive_data(await channel.receive())
+                await channel.feed(core)
                 continue
             if item is Signal.CLOSED:
                 return

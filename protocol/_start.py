@@ -103,6 +103,20 @@ class _Role:
             raise self._error
         self._decoder.receive_data(data)
 
+    def receive_buffer(self) -> memoryview | None:
+        """Where to read a large frame's rest straight into, or ``None``
+        (:meth:`protocol.FrameDecoder.receive_buffer`)."""
+        if self._error is not None:
+            raise self._error
+        return self._decoder.receive_buffer()
+
+    def received_into(self, nbytes: int) -> None:
+        """Say how many bytes were read into :meth:`receive_buffer`'s view; ``0`` at the
+        peer's end."""
+        if self._error is not None:
+            raise self._error
+        self._decoder.received_into(nbytes)
+
     def _next_frame(self, waiting_for: str) -> memoryview | Signal:
         if self._error is not None:
             raise self._error
@@ -156,6 +170,8 @@ class StarterCore(_Role):
             result = decode(RESULT_DECODER, frame)
         except ProtocolError as exc:
             raise self._fail(exc) from None
+        finally:
+            self._decoder.release_frame()
         self._state = self._allowed(Event.RECV_RESULT, remote=True)
         if result.result_id != self._result_id:
             raise self._fail(
@@ -190,6 +206,8 @@ class RunnerCore(_Role):
             start = decode(START_DECODER, frame)
         except ProtocolError as exc:
             raise self._fail(exc) from None
+        finally:
+            self._decoder.release_frame()
         self._state = self._allowed(Event.RECV_START, remote=True)
         self._result_id = start.result_id
         return start

@@ -55,7 +55,7 @@ class Starter:
                 while True:
                     item = core.next_result()
                     if item is Signal.NEED_DATA:
-                        core.receive_data(await channel.receive())
+                        await channel.feed(core)
                         continue
                     assert isinstance(item, Result)
                     return item

@@ -593,12 +593,12 @@ class _Run:
                     if item is not Signal.NEED_DATA:
                         assert isinstance(item, Result)
                         return item
-                    # What is in the pipe now is read now: a large Result is many reads,
-                    # and a trip through the event loop for each took twice their time.
-                    # (The channel still yields to the loop every few reads in a row.)
-                    data = await channel.receive_ready()
-                    if data is not None:
-                        core.receive_data(data)
+                    # What is in the pipe now is read now: a trip through the event loop
+                    # for each read took twice its time. A large Result is read straight
+                    # into a buffer of the decoder's, a pipe-full at a time, not into a
+                    # new bytes per 64 KiB. (The channel yields to the loop every few
+                    # reads in a row.)
+                    if await channel.feed_ready(core):
                         continue
                     await anyio.wait_readable(ready.fileno())
                     for fd, _ in ready.poll(0):

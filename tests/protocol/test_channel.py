@@ -7,7 +7,8 @@ import os
 import anyio
 import pytest
 
-from protocol import FdChannel
+from protocol import FdChannel, FrameDecoder, Signal, encode_frame
+from protocol._pipesize import fit_pipe
 
 pytestmark = pytest.mark.anyio
 
@@ -84,3 +85,52 @@ async def test_receive_nowait_reads_what_is_there_and_never_waits() -> None:
         channel.close()
     with pytest.raises(anyio.ClosedResourceError):
         channel.receive_nowait()
+
+
+class _Counted(FdChannel):
+    """Counts its reads: into new bytes, and into a buffer it is given."""
+
+    def __init__(self, read_fd: int, write_fd: int) -> None:
+        super().__init__(read_fd, write_fd)
+        self.reads: list[str] = []
+
+    def receive_nowait(self, max_bytes: int = 1 << 16) -> bytes | None:
+        data = super().receive_nowait(max_bytes)
+        self.reads.append("bytes" if data is not None else "none")
+        return data
+
+    def receive_into_nowait(self, view: memoryview) -> int | None:
+        n = super().receive_into_nowait(view)
+        self.reads.append("into" if n is not None else "none")
+        return n
+
+
+@pytest.mark.parametrize("ready", [False, True])
+async def test_a_large_frame_is_read_in_two_reads_into_the_decoders_buffer(ready: bool) -> None:
+    """One read of the first chunk, which says the frame's size, then the rest at once
+    into the decoder's buffer: not sixteen reads of 64 KiB, each a new ``bytes``."""
+    payload = bytes(range(251)) * ((900 << 10) // 251)
+    frame = encode_frame(payload)
+    r, w = os.pipe()
+    fit_pipe(w, len(frame))
+    channel = _Counted(r, r)
+    try:
+        assert os.write(w, frame) == len(frame)
+        decoder = FrameDecoder()
+        with anyio.fail_after(5):
+            while (got := decoder.next_frame()) is Signal.NEED_DATA:
+                if ready:
+                    assert await channel.feed_ready(decoder)
+                else:
+                    await channel.feed(decoder)
+        assert got == payload
+        assert channel.reads == ["bytes", "into"]
+        assert not await channel.feed_ready(decoder)  # nothing more there: no wait
+        os.close(w)
+        w = -1
+        await channel.feed(decoder)  # the peer's end
+        assert decoder.next_frame() is Signal.CLOSED
+    finally:
+        channel.close()
+        if w >= 0:
+            os.close(w)

@@ -20,8 +20,10 @@ from protocol import (
     RemoteProtocolError,
     Signal,
     TruncatedFrame,
+    _frames,
     encode_frame,
 )
+from protocol._frames import DIRECT_FROM, PREFIX_BYTES
 
 from .strategies import chunked, frame_payloads, frame_streams
 
@@ -425,3 +427,193 @@ def test_twenty_thousand_frames_in_misaligned_chunks_all_come_out(step: int) -> 
             count += 1
     assert count == len(payloads)
     assert decoder.buffered == 0
+
+
+# -- a large frame read straight into a buffer of its own ---------------------------------
+
+
+def read_like_a_channel(
+    decoder: FrameDecoder, wire: bytes, sizes: list[int]
+) -> tuple[list[bytes], Signal, int]:
+    """Feed ``wire`` as a channel would: into the decoder's buffer when it offers one, as
+    bytes otherwise; each read takes at most the next of ``sizes`` (cycled) bytes.
+
+    Returns the frames, the last signal, and how many reads went into a buffer.
+    """
+    frames: list[bytes] = []
+    at = direct = turn = 0
+    while at < len(wire):
+        most = sizes[turn % len(sizes)]
+        turn += 1
+        view = decoder.receive_buffer()
+        if view is None:
+            chunk = wire[at : at + most]
+            decoder.receive_data(chunk)
+        else:
+            with view:
+                chunk = wire[at : at + min(most, len(view))]
+                view[: len(chunk)] = chunk
+            decoder.received_into(len(chunk))
+            direct += 1
+        at += len(chunk)
+        got, signal = drain(decoder)
+        frames += got
+    got, signal = drain(decoder)
+    return frames + got, signal, direct
+
+
+def big_payloads() -> st.SearchStrategy[bytes]:
+    """A payload a buffer is offered for, or one just under that size, or a small one."""
+    sizes = st.sampled_from(
+        [1, 100, DIRECT_FROM - 1, DIRECT_FROM, DIRECT_FROM + 5, 3 * DIRECT_FROM + 17]
+    )
+    return st.builds(lambda n, b: bytes([b]) * n, sizes, st.integers(0, 255))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(big_payloads(), min_size=1, max_size=5), st.data())
+def test_reading_into_the_offered_buffer_yields_the_same_frames(
+    payloads: list[bytes], data: st.DataObject
+) -> None:
+    """Whatever the reads' sizes, frames read into the decoder's buffers come out the same
+    as fed as bytes, in order, and nothing stays buffered."""
+    wire = b"".join(a_frame(p) for p in payloads)
+    sizes = data.draw(
+        st.lists(st.sampled_from([1, 3, 4, 5, 4096, 1 << 16, 1 << 20]), min_size=1, max_size=4)
+    )
+    decoder = FrameDecoder()
+    frames, signal, direct = read_like_a_channel(decoder, wire, sizes)
+    assert frames == payloads
+    assert signal is Signal.NEED_DATA
+    assert decoder.buffered == 0
+    if max(sizes) <= 4096 and any(len(p) >= DIRECT_FROM + 4096 for p in payloads):
+        assert direct > 0  # such a frame had DIRECT_FROM bytes to come after its prefix
+
+
+def test_the_offered_buffer_is_exactly_the_rest_of_the_frame() -> None:
+    payload = b"a" * (DIRECT_FROM + 100)
+    after = a_frame(b"next")
+    wire = a_frame(payload) + after
+    decoder = FrameDecoder()
+    assert decoder.receive_buffer() is None  # nothing in: no size known
+    decoder.receive_data(wire[:10])
+    view = decoder.receive_buffer()
+    assert view is not None
+    assert len(view) == len(payload) - (10 - PREFIX_BYTES)
+    assert decoder.buffered == 10
+    with view:
+        view[:] = wire[10 : PREFIX_BYTES + len(payload)]
+    decoder.received_into(len(payload) - 6)
+    assert decoder.receive_buffer() is None  # whole: what follows comes as bytes
+    decoder.receive_data(after)
+    assert drain(decoder) == ([payload, b"next"], Signal.NEED_DATA)
+
+
+def test_no_buffer_is_offered_for_what_is_nearly_in() -> None:
+    """A frame with less than DIRECT_FROM bytes still to come is fed as bytes."""
+    payload = b"b" * (DIRECT_FROM + 10)
+    decoder = FrameDecoder()
+    decoder.receive_data(a_frame(payload)[: PREFIX_BYTES + 11])
+    assert decoder.receive_buffer() is None
+    decoder.receive_data(a_frame(payload)[PREFIX_BYTES + 11 :])
+    assert drain(decoder) == ([payload], Signal.NEED_DATA)
+
+
+def test_no_buffer_is_offered_for_a_hostile_prefix() -> None:
+    decoder = FrameDecoder(max_frame_bytes=1 << 20)
+    decoder.receive_data(((1 << 20) + 1).to_bytes(PREFIX_BYTES, "big"))
+    assert decoder.receive_buffer() is None
+    with pytest.raises(RemoteFrameTooLarge):
+        decoder.next_frame()
+    with pytest.raises(RemoteFrameTooLarge):
+        decoder.receive_buffer()  # failed: every call raises the same error
+
+
+def test_end_of_stream_inside_a_buffered_frame_is_truncated() -> None:
+    payload = b"c" * (2 * DIRECT_FROM)
+    decoder = FrameDecoder()
+    decoder.receive_data(a_frame(payload)[:100])
+    view = decoder.receive_buffer()
+    assert view is not None
+    view.release()
+    decoder.received_into(0)  # what a read of 0 bytes means: the peer's end
+    assert decoder.receive_buffer() is None
+    with pytest.raises(TruncatedFrame, match="body"):
+        decoder.next_frame()
+
+
+def test_bytes_fed_while_a_buffer_is_offered_fill_it_first() -> None:
+    payload = bytes(range(256)) * (DIRECT_FROM // 128)
+    wire = a_frame(payload) + a_frame(b"tail")
+    decoder = FrameDecoder()
+    decoder.receive_data(wire[:50])
+    view = decoder.receive_buffer()
+    assert view is not None
+    view.release()
+    decoder.receive_data(wire[50:])  # the rest, and the next frame, as bytes
+    assert drain(decoder) == ([payload, b"tail"], Signal.NEED_DATA)
+
+
+def test_reading_more_than_the_buffer_or_into_none_is_a_local_error() -> None:
+    decoder = FrameDecoder()
+    with pytest.raises(LocalProtocolError):
+        decoder.received_into(5)
+    decoder.receive_data(a_frame(b"d" * (2 * DIRECT_FROM))[:8])
+    view = decoder.receive_buffer()
+    assert view is not None
+    with pytest.raises(LocalProtocolError):
+        decoder.received_into(len(view) + 1)
+    view.release()
+
+
+def test_a_large_frames_buffer_is_kept_for_the_next_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once decoded, a large frame's buffer goes back to be reused: the next frame of
+    about its size is read into the same memory, not into new pages."""
+    spares = _frames._Spares()
+    monkeypatch.setattr(_frames, "_SPARES", spares)
+    payload = b"e" * (DIRECT_FROM * 4)
+    seen = []
+    for _ in range(3):
+        decoder = FrameDecoder()
+        wire = a_frame(payload)
+        decoder.receive_data(wire[:100])
+        view = decoder.receive_buffer()
+        assert view is not None
+        seen.append(view.obj)
+        with view:
+            view[:] = wire[100:]
+        decoder.received_into(len(wire) - 100)
+        frame = decoder.next_frame_view()
+        assert isinstance(frame, memoryview)
+        assert frame == payload
+        decoder.release_frame()
+        assert any(size >= len(payload) for size in spares.kept())
+    assert seen[0] is seen[1] is seen[2]
+
+
+def test_at_most_a_few_small_enough_buffers_are_kept() -> None:
+    spares = _frames._Spares()
+    big = spares.take(spares.KEEP_BYTES + 1)
+    spares.give(big)
+    assert spares.kept() == []  # too large to keep
+    taken = [spares.take(n * spares.STEP) for n in (1, 2, 3)]
+    for buf in taken:
+        spares.give(buf)
+    assert spares.kept() == [2 * spares.STEP, 3 * spares.STEP]  # the largest KEEP
+    assert spares.take(spares.STEP + 1) is taken[1]  # the smallest that holds it
+    assert spares.kept() == [3 * spares.STEP]
+
+
+def test_a_failed_decoder_gives_its_buffer_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    spares = _frames._Spares()
+    monkeypatch.setattr(_frames, "_SPARES", spares)
+    decoder = FrameDecoder()
+    decoder.receive_data(a_frame(b"f" * (3 * DIRECT_FROM))[:20])
+    view = decoder.receive_buffer()
+    assert view is not None
+    buf = view.obj
+    view.release()
+    decoder.received_into(0)
+    with pytest.raises(TruncatedFrame):
+        decoder.next_frame()
+    assert spares.take(1) is buf

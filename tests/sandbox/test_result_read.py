@@ -30,19 +30,30 @@ PIECE = 4096
 
 
 class _CountingChannel(FdChannel):
-    """An FdChannel whose :meth:`receive_nowait` hands out what it read in pieces of
-    :data:`PIECE` bytes, and counts them."""
+    """An FdChannel whose reads hand out what is in the pipe in pieces of :data:`PIECE`
+    bytes, and count them: into bytes (:meth:`receive_nowait`) or into the decoder's
+    buffer for a large frame (:meth:`receive_into_nowait`)."""
 
     reads = 0
     pending = b""
 
     def receive_nowait(self, max_bytes: int = 1 << 16) -> bytes | None:
+        return self._piece(max_bytes, PIECE)
+
+    def receive_into_nowait(self, view: memoryview) -> int | None:
+        data = self._piece(len(view), min(PIECE, len(view)))
+        if data is None:
+            return None
+        view[: len(data)] = data
+        return len(data)
+
+    def _piece(self, max_bytes: int, most: int) -> bytes | None:
         cls = type(self)
         if not cls.pending:
             cls.pending = super().receive_nowait(max_bytes) or b""
             if not cls.pending:
                 return None
-        data, cls.pending = cls.pending[:PIECE], cls.pending[PIECE:]
+        data, cls.pending = cls.pending[:most], cls.pending[most:]
         cls.reads += 1
         return data
 
