@@ -324,10 +324,11 @@ class Client:
                 self._cond.wait()
                 continue
             self._reading = True
+            into = self._buffer()  # (only the reader feeds the core: it stays valid)
             self._cond.release()
             try:
                 _wait_readable(self._poller, None)
-                data = self._read()
+                data = self._read(into)
             finally:
                 self._cond.acquire()
                 self._reading = False
@@ -379,22 +380,34 @@ class Client:
 
     # -- reading ------------------------------------------------------------------------
 
-    def _read(self) -> bytes | None:
-        """One non-blocking read: bytes, ``b""`` at EOF, None if nothing is there yet."""
+    def _buffer(self) -> memoryview | None:
+        """Where the core would have the next read go (the rest of a large frame), or
+        None: into bytes (holding the lock)."""
         try:
-            return os.read(self._rfd, _READ_CHUNK)
+            return self._core.receive_buffer()
+        except ProtocolError:
+            return None  # failed: the next feed says so
+
+    def _read(self, into: memoryview | None) -> bytes | int | None:
+        """One non-blocking read: bytes, or the count read ``into`` the core's buffer (its
+        view is released then); ``b""`` or ``0`` at EOF; None if nothing is there yet."""
+        try:
+            if into is None:
+                return os.read(self._rfd, _READ_CHUNK)
+            with into:
+                return os.readv(self._rfd, (into,))
         except BlockingIOError:
             return None
         except OSError as exc:
             if exc.errno == errno.EBADF:
-                return b""
+                return b"" if into is None else 0
             raise
 
     def _on_readable(self) -> None:
         with self._cond:
             if self._reading:
                 return  # a blocking caller is reading; it will settle our futures
-            data = self._read()
+            data = self._read(self._buffer())
             self._feed(data)
             self._cond.notify_all()
             self._maybe_remove_reader()
@@ -407,13 +420,17 @@ class Client:
             if not loop.is_closed():
                 loop.remove_reader(self._rfd)
 
-    def _feed(self, data: bytes | None) -> None:
-        """Give ``data`` to the core and settle what it completes (holding the lock)."""
+    def _feed(self, data: bytes | int | None) -> None:
+        """Give ``data`` (bytes, or the count read into the core's buffer) to the core and
+        settle what it completes (holding the lock)."""
         if data is None:
             return
         core = self._core
         try:
-            core.receive_data(data)
+            if isinstance(data, int):
+                core.received_into(data)
+            else:
+                core.receive_data(data)
             while True:
                 item = core.next_response()
                 if item is Signal.NEED_DATA:

@@ -526,3 +526,82 @@ async def _against_the_model(ops: list[tuple[str, int]], cap: int) -> None:
             task.cancel()
         for fd in (down[1], up[0]):
             os.close(fd)
+
+
+# -- a large answer is read straight into the decoder's buffer ------------------------------
+
+
+def _answer_in_pieces(up_r: int, down_w: int, value: str, *, cut: bool) -> None:
+    """The parent's side: read one Request, answer it with ``value`` in pieces of 100 KiB,
+    a little apart, so that the client reads the frame in many reads; with ``cut``, stop
+    halfway and close."""
+    decoder = FrameDecoder()
+    while (frame := decoder.next_frame()) is Signal.NEED_DATA:
+        select.select([up_r], [], [], WAIT)
+        decoder.receive_data(os.read(up_r, 1 << 16))
+    assert isinstance(frame, bytes)
+    request = decode(REQUEST_DECODER, frame)
+    answer = frame_message(Response(v=VERSION, id=request.id, ok=True, value=value))
+    end = len(answer) // 2 if cut else len(answer)
+    for at in range(0, end, 100 << 10):
+        view = memoryview(answer)[at : min(at + (100 << 10), end)]
+        while view:
+            select.select([], [down_w], [], WAIT)
+            view = view[os.write(down_w, view) :]
+        time.sleep(0.002)
+    if cut:
+        os.close(down_w)
+
+
+@pytest.mark.parametrize("how", ["call", "acall"])
+@pytest.mark.parametrize("cut", [False, True])
+def test_a_large_answer_arrives_whole_or_fails_the_call(
+    how: str, cut: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 3 MiB answer crosses in pieces and comes out whole, blocking or under asyncio,
+    read into the client's buffer for it; one cut off halfway fails its call (it is not
+    taken for a shorter answer)."""
+    into: list[int] = []
+    readv = os.readv
+
+    def counted(fd: int, buffers: list[memoryview]) -> int:
+        n = readv(fd, buffers)
+        into.append(n)
+        return n
+
+    monkeypatch.setattr(os, "readv", counted)
+    value = '"' + "0123456789abcdef" * (3 << 16) + '"'
+    up_r, up_w = os.pipe()
+    down_r, down_w = os.pipe()
+    client = Client(down_r, up_w)
+    parent = threading.Thread(
+        target=_answer_in_pieces, args=(up_r, down_w, value), kwargs={"cut": cut}
+    )
+    parent.start()
+    try:
+        if how == "call":
+            outcome: str | BaseException
+            try:
+                outcome = client.call("big")
+            except Exception as exc:
+                outcome = exc
+        else:
+
+            async def call() -> str:
+                return await client.acall("big")
+
+            try:
+                outcome = asyncio.run(asyncio.wait_for(call(), WAIT))
+            except Exception as exc:
+                outcome = exc
+    finally:
+        parent.join(WAIT)
+        client.close()
+        os.close(up_r)
+        if not cut:
+            os.close(down_w)
+    if cut:
+        assert isinstance(outcome, (CallError, RemoteProtocolError)), outcome
+    else:
+        assert outcome == value
+    assert len(into) >= 5  # the pieces after the first, read into the buffer
