@@ -20,8 +20,9 @@ back whole payloads. Its guarantees, each tested:
   caller's bug, a :class:`~protocol.LocalProtocolError`, and changes nothing.)
 
 A large frame need not come in as chunks of bytes at all. Once its prefix is in and at
-least :data:`DIRECT_FROM` bytes of its body are still to come, :meth:`FrameDecoder.receive_buffer`
-offers the rest of the body as a writable view, to read straight into (``os.readv``), and
+least :data:`DIRECT_FROM` bytes of its body are still to come, in a frame of at most
+:data:`DIRECT_UP_TO` bytes, :meth:`FrameDecoder.receive_buffer` offers the rest of the body
+as a writable view, to read straight into (``os.readv``), and
 :meth:`FrameDecoder.received_into` says how much came. The body is then read in one system
 call per pipe-full and copied nowhere: not into a new ``bytes`` per read, nor onto the end
 of a buffer that grows as it comes. And the buffer is one this process has filled before
@@ -46,12 +47,17 @@ from ._errors import (
     TruncatedFrame,
 )
 
-__all__ = ["DIRECT_FROM", "PREFIX_BYTES", "FrameDecoder", "Signal", "encode_frame"]
+__all__ = ["DIRECT_FROM", "DIRECT_UP_TO", "PREFIX_BYTES", "FrameDecoder", "Signal", "encode_frame"]
 
 PREFIX_BYTES: Final = 4
 #: A frame with at least this many bytes of its body still to come is read straight into
 #: a buffer of its own (:meth:`FrameDecoder.receive_buffer`): one read's worth (64 KiB).
 DIRECT_FROM: Final = 1 << 16
+#: ... if it is at most this large. The buffer is made whole when the prefix is in (and a
+#: new one is filled with zeros, every page of it), so a peer that sends a prefix and
+#: nothing more must not make one the size of the largest frame: a larger frame is
+#: buffered as it comes, as any frame was.
+DIRECT_UP_TO: Final = 4 << 20
 
 # Below this many consumed bytes the buffer is not compacted: dropping a few bytes from the
 # front of a bytearray costs a memmove of everything behind them.
@@ -64,13 +70,13 @@ class _Spares:
     A buffer's pages, once written, stay this process's while it is kept; the allocator
     would hand a freed one back to the kernel (a large block is a mapping of its own, or
     the top of the heap trimmed), and the next frame would fault its pages in again. At
-    most :attr:`KEEP` buffers of at most :attr:`KEEP_BYTES` each are kept (8 MiB in all):
-    a larger frame gets a buffer of its own, given back to the allocator once decoded.
-    Shared by every decoder of the process, whatever its thread.
+    most :attr:`KEEP` buffers of at most :attr:`KEEP_BYTES` each are kept (8 MiB in all;
+    no larger frame is read into one). Shared by every decoder of the process, whatever
+    its thread.
     """
 
     KEEP: Final = 2
-    KEEP_BYTES: Final = 4 << 20
+    KEEP_BYTES: Final = DIRECT_UP_TO
     #: Sizes are rounded up to this, so that frames of about one size share buffers.
     STEP: Final = 1 << 18
 
@@ -194,10 +200,11 @@ class FrameDecoder:
         bytes and feed them to :meth:`receive_data`.
 
         A view is offered once a frame's prefix is in and at least :data:`DIRECT_FROM`
-        bytes of its body are still to come: exactly the rest of that body, so nothing of
-        the next frame is read into it. Read into it (``os.readv(fd, [view])``, a
-        ``recv_into``) and say how much came with :meth:`received_into`, before any other
-        call to this decoder; the view is not to be used after that.
+        bytes of its body are still to come, for a frame of at most :data:`DIRECT_UP_TO`
+        bytes: exactly the rest of that body, so nothing of the next frame is read into
+        it. Read into it (``os.readv(fd, [view])``, a ``recv_into``) and say how much came
+        with :meth:`received_into`, before any other call to this decoder; the view is not
+        to be used after that.
 
         Raises:
             RemoteProtocolError: as :meth:`next_frame`, once the decoder has failed.
@@ -213,7 +220,7 @@ class FrameDecoder:
             if have < 0:
                 return None
             size = int.from_bytes(buf[pos : pos + PREFIX_BYTES], "big")
-            if size - have < DIRECT_FROM or size > self._max:
+            if size - have < DIRECT_FROM or size > min(self._max, DIRECT_UP_TO):
                 return None  # (a size over the cap fails at next_frame_view)
             big = _SPARES.take(size)
             big[:have] = buf[pos + PREFIX_BYTES :]

@@ -23,7 +23,7 @@ from protocol import (
     _frames,
     encode_frame,
 )
-from protocol._frames import DIRECT_FROM, PREFIX_BYTES
+from protocol._frames import DIRECT_FROM, DIRECT_UP_TO, PREFIX_BYTES
 
 from .strategies import chunked, frame_payloads, frame_streams
 
@@ -527,6 +527,27 @@ def test_no_buffer_is_offered_for_a_hostile_prefix() -> None:
         decoder.next_frame()
     with pytest.raises(RemoteFrameTooLarge):
         decoder.receive_buffer()  # failed: every call raises the same error
+
+
+def test_a_prefix_alone_never_buys_a_buffer_larger_than_direct_up_to() -> None:
+    """A peer that announces a frame over DIRECT_UP_TO and sends nothing more costs the
+    decoder nothing; the frame, when it does come, is buffered as it comes."""
+    payload = b"g" * (DIRECT_UP_TO + 1)
+    wire = a_frame(payload)
+    decoder = FrameDecoder()
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        decoder.receive_data(wire[:PREFIX_BYTES])
+        assert decoder.receive_buffer() is None
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20
+    for at in range(PREFIX_BYTES, len(wire), 1 << 16):
+        assert decoder.receive_buffer() is None
+        decoder.receive_data(wire[at : at + (1 << 16)])
+    assert drain(decoder) == ([payload], Signal.NEED_DATA)
 
 
 def test_end_of_stream_inside_a_buffered_frame_is_truncated() -> None:
