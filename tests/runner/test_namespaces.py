@@ -649,12 +649,19 @@ def test_sigterm_ends_a_runner_without_a_handler_as_sigterm(box: Box) -> None:
 
 
 def test_sigterm_reaches_a_handler_the_program_installed(box: Box) -> None:
-    """A runner that catches SIGTERM gets it, as it would outside a PID namespace."""
+    """A runner that catches SIGTERM gets it, as it would outside a PID namespace.
+
+    The program waits in short sleeps: Python runs a handler between bytecodes, so a signal
+    that lands after the last check and before a long ``time.sleep`` starts is handled
+    only once that sleep is over (a race of the program's, not of the namespace's: the
+    likely cause of this test's one failure, under load in CI, when it slept 60 s).
+    """
     body = """
         import signal, time
         signal.signal(signal.SIGTERM, lambda *_: os._exit(7))
         report(ready=True)
-        time.sleep(60)
+        for _ in range(1200):
+            time.sleep(0.05)
         """
     with box.spawn(body) as proc:
         assert _read_report(proc) == {"ready": True}
