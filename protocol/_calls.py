@@ -158,7 +158,25 @@ class CallStats(msgspec.Struct, frozen=True, kw_only=True):
     limited: int = 0
 
 
-class ServerCore:
+class _Reading:
+    """What the two cores of the call channel read with: bytes fed to their frame decoder,
+    or the rest of a large frame read straight into its buffer."""
+
+    __slots__ = ()
+    _decoder: FrameDecoder
+
+    def receive_buffer(self) -> memoryview | None:
+        """Where to read a large frame's rest straight into, or ``None``
+        (:meth:`protocol.FrameDecoder.receive_buffer`)."""
+        return self._decoder.receive_buffer()
+
+    def received_into(self, nbytes: int) -> None:
+        """Say how many bytes were read into :meth:`receive_buffer`'s view; ``0`` at the
+        peer's end."""
+        self._decoder.received_into(nbytes)
+
+
+class ServerCore(_Reading):
     """The parent's side of the call channel: decoding, admission, accounting, deadlines.
 
     Args:
@@ -219,16 +237,6 @@ class ServerCore:
     def receive_data(self, data: bytes | bytearray | memoryview) -> None:
         """Feed bytes read from the child; ``b""`` means the child closed its end."""
         self._decoder.receive_data(data)
-
-    def receive_buffer(self) -> memoryview | None:
-        """Where to read a large frame's rest straight into, or ``None``
-        (:meth:`protocol.FrameDecoder.receive_buffer`)."""
-        return self._decoder.receive_buffer()
-
-    def received_into(self, nbytes: int) -> None:
-        """Say how many bytes were read into :meth:`receive_buffer`'s view; ``0`` at the
-        child's end."""
-        self._decoder.received_into(nbytes)
 
     def next_request(self) -> Request | Signal:
         """The next Request, or ``NEED_DATA``, or ``CLOSED`` at a clean end of stream.
@@ -421,7 +429,7 @@ class ServerCore:
 _GONE: Final = object()
 
 
-class ClientCore:
+class ClientCore(_Reading):
     """The child's side of the call channel: ids, requests out, responses matched by id.
 
     Ids are short decimal strings from a counter, unique for the life of the channel.
@@ -463,16 +471,6 @@ class ClientCore:
     def receive_data(self, data: bytes | bytearray | memoryview) -> None:
         """Feed bytes read from the parent; ``b""`` means the parent closed its end."""
         self._decoder.receive_data(data)
-
-    def receive_buffer(self) -> memoryview | None:
-        """Where to read a large frame's rest straight into, or ``None``
-        (:meth:`protocol.FrameDecoder.receive_buffer`)."""
-        return self._decoder.receive_buffer()
-
-    def received_into(self, nbytes: int) -> None:
-        """Say how many bytes were read into :meth:`receive_buffer`'s view; ``0`` at the
-        parent's end."""
-        self._decoder.received_into(nbytes)
 
     def next_response(self) -> Response | Signal:
         """The next Response (its call is then settled), ``NEED_DATA`` or ``CLOSED``.

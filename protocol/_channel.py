@@ -98,21 +98,6 @@ class FdChannel:
             await anyio.lowlevel.checkpoint()
         return data
 
-    async def receive_ready(self, max_bytes: int = _READ_CHUNK) -> bytes | None:
-        """What :meth:`receive` would return now, without waiting for it; ``None`` if the
-        peer has sent nothing more yet. Like :meth:`receive`, it yields to the event loop
-        once every few reads in a row that found data.
-
-        Raises:
-            as :meth:`receive`.
-        """
-        data = self.receive_nowait(max_bytes)
-        if data is None:
-            self._streak = 0
-        elif self._long_streak():
-            await anyio.lowlevel.checkpoint()
-        return data
-
     async def feed(self, core: Receiver) -> None:
         """Read what the peer sends next (at least one byte, or its EOF) into ``core``:
         into the buffer it offers for a large frame, else as :meth:`receive` does.
@@ -120,42 +105,42 @@ class FdChannel:
         Raises:
             as :meth:`receive`; and what ``core`` raises.
         """
-        view = core.receive_buffer()
-        if view is None:
-            core.receive_data(await self.receive())
-            return
-        with view:
-            while (n := self.receive_into_nowait(view)) is None:
-                await self._wait_readable()
+        while not self._feed_nowait(core):
+            await self._wait_readable()
         if self._long_streak():
             await anyio.lowlevel.checkpoint()
-        core.received_into(n)
 
     async def feed_ready(self, core: Receiver) -> bool:
         """What :meth:`feed` would read now, without waiting for it; False if the peer
-        has sent nothing more yet. Like :meth:`receive_ready`, it yields to the event loop
-        once every few reads in a row that found data.
+        has sent nothing more yet. Like :meth:`feed`, it yields to the event loop once
+        every few reads in a row that found data.
 
         Raises:
             as :meth:`feed`.
         """
+        if not self._feed_nowait(core):
+            self._streak = 0
+            return False
+        if self._long_streak():
+            await anyio.lowlevel.checkpoint()
+        return True
+
+    def _feed_nowait(self, core: Receiver) -> bool:
+        """One read of what is there now into ``core`` (its buffer, or bytes); False if
+        nothing is."""
         view = core.receive_buffer()
         if view is None:
             data = self.receive_nowait()
-            found = data is not None
-            if data is not None:
-                core.receive_data(data)
-        else:
-            with view:
-                n = self.receive_into_nowait(view)
-            found = n is not None
-            if n is not None:
-                core.received_into(n)
-        if not found:
-            self._streak = 0
-        elif self._long_streak():
-            await anyio.lowlevel.checkpoint()
-        return found
+            if data is None:
+                return False
+            core.receive_data(data)
+            return True
+        with view:
+            n = self.receive_into_nowait(view)
+        if n is None:
+            return False
+        core.received_into(n)
+        return True
 
     async def _wait_readable(self) -> None:
         self._streak = 0
