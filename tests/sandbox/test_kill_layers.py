@@ -44,7 +44,9 @@ WAIT = 10.0
 #: orphan O (its parent started a session and exited). R prints "R A A1 O" and reaps. In
 #: MODE ``churn``, R then also starts eight forkers, each forking children that sleep as
 #: fast as it can while killing all but its last four: about 50 processes at any time, and
-#: some always just forked, so that a single pass of SIGKILL misses some.
+#: some always just forked, so that a single pass of SIGKILL misses some. A child killed
+#: but not yet reaped still counts against the cgroup's limit of 64: a fork refused for it
+#: is tried again, not the forker's end.
 TREE = """
 import contextlib, ctypes, os, sys, time
 
@@ -94,7 +96,11 @@ for _ in range(8 if mode == "churn" else 0):
     if os.fork() == 0:
         kids = []
         while True:
-            kid = os.fork()
+            try:
+                kid = os.fork()
+            except BlockingIOError:  # at the cgroup's process limit: until the kills land
+                time.sleep(0.001)
+                continue
             if kid == 0:
                 sleep()
             kids.append(kid)
