@@ -54,7 +54,7 @@ import select
 import signal
 import time
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -87,7 +87,7 @@ from .._text import seconds
 from ._levels import Level
 from ._tools import Toolset
 
-__all__ = ["OnOutput", "run_process"]
+__all__ = ["OnOutput", "run_process", "watch_cpu"]
 
 #: How long a runner that has sent its Result (or been told to stop) gets to exit by
 #: itself, and again after SIGTERM, before SIGKILL, where the host has no cgroups; and how
@@ -654,32 +654,15 @@ class _Run:
 
     async def _watch_cpu(self, cpu: RunCpu, limit: float, stop: anyio.CancelScope) -> None:
         """End the run (``stop``) once its processes together have used ``limit`` CPU
-        seconds.
+        seconds (see :func:`watch_cpu`). The kill is sent here, at once, rather than once
+        the run's task notices: every millisecond of a busy run is CPU time."""
 
-        The run cannot use more than one CPU second per CPU per second, so the watcher
-        sleeps until the soonest moment the limit could be reached: a handful of reads of
-        the run's counter in all, however long the run, and the kill lands within
-        :data:`_CPU_SLACK` of CPU time past the limit (more only if the host itself is
-        starved: the runs' CPU share keeps it from being, where cgroups give one). The
-        kill is sent here, at once, rather than once the run's task notices: every
-        millisecond of a busy run is CPU time.
-        """
-        cpus = os.cpu_count() or 1
-        while True:
-            began = time.thread_time()
-            used = cpu.read()
-            if used is None:
-                return
-            if used >= limit:
-                self.cpu_hit = True
-                self._kill_now()
-                stop.cancel()
-                return
-            # A run that idles just short of its limit is read at most every
-            # _CPU_SLACK / cpus seconds, and the host spends at most a tenth of its CPU
-            # reading (a process tree is a pass over /proc: a millisecond or more).
-            cost = time.thread_time() - began
-            await anyio.sleep(max((limit - used) / cpus, _CPU_SLACK / cpus, 10 * cost))
+        def reached() -> None:
+            self.cpu_hit = True
+            self._kill_now()
+            stop.cancel()
+
+        await watch_cpu(cpu.read, limit, reached)
 
     def _kill_now(self) -> None:
         """SIGKILL every process of the run, now (the run is over: no grace period).
@@ -815,3 +798,40 @@ def _exit_code(child: Child) -> int | None:
     if status is None or not os.WIFEXITED(status):
         return None
     return os.WEXITSTATUS(status)
+
+
+async def watch_cpu(
+    read: Callable[[], float | None],
+    limit: float,
+    reached: Callable[[], None],
+    *,
+    cpus: int | None = None,
+    sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
+) -> None:
+    """Call ``reached`` once ``read`` (the CPU seconds a run's processes have used
+    together) is at least ``limit``; return without calling it if the counter cannot be
+    read.
+
+    The run cannot use more than one CPU second per CPU per second, so the watcher sleeps
+    until the soonest moment the limit could be reached: a handful of reads in all,
+    however long the run, and, read on time, the limit is met within :data:`_CPU_SLACK`
+    of CPU past it. (Later only if the host itself is not scheduled on time: the runs'
+    CPU share keeps them from starving it where cgroups give one, but nothing keeps a
+    loaded machine from doing so.)
+
+    ``cpus`` (the host's, by default) and ``sleep`` are there for a simulated run.
+    """
+    cpus = cpus or os.cpu_count() or 1
+    while True:
+        began = time.thread_time()
+        used = read()
+        if used is None:
+            return
+        if used >= limit:
+            reached()
+            return
+        # A run that idles just short of its limit is read at most every
+        # _CPU_SLACK / cpus seconds, and the host spends at most a tenth of its CPU
+        # reading (a process tree is a pass over /proc: a millisecond or more).
+        cost = time.thread_time() - began
+        await sleep(max((limit - used) / cpus, _CPU_SLACK / cpus, 10 * cost))
