@@ -34,6 +34,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import sandbox
+from benchmarks.bench_cpu_limit import PROGRAMS
 from sandbox import Budget, Kind, Level
 from sandbox._children import REMAINS, _supervisor
 from sandbox._children._cputime import tree_cpu_time
@@ -42,28 +43,12 @@ from tests.host import child_levels, skip_because_host_cannot
 
 pytestmark = pytest.mark.anyio
 
-#: One process spinning.
-SPIN = "while True: pass"
-#: Three forked workers spinning, and the program waiting for them.
-FORKED_WORKERS = """
-import os
-for _ in range(3):
-    if os.fork() == 0:
-        while True:
-            pass
-os.wait()
-"""
-#: Four threads hashing (which releases the GIL: they run on every CPU at once).
-THREADS = """
-import hashlib, threading
-data = b"x" * (1 << 22)
-def work():
-    while True:
-        hashlib.sha256(data).digest()
-for _ in range(3):
-    threading.Thread(target=work, daemon=True).start()
-work()
-"""
+#: The runs to a CPU limit the benchmark measures too: one process spinning; three forked
+#: workers spinning, and the program waiting for them; four threads hashing (which
+#: releases the GIL: they run on every CPU at once).
+SPIN, FORKED_WORKERS, THREADS = (
+    PROGRAMS[name] for name in ("one-process", "three-forked-workers", "four-threads")
+)
 #: How late the kill may come, in CPU seconds, on a host scheduled on time (the issue's
 #: bound).
 SLACK = 0.1
