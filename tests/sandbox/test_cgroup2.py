@@ -503,10 +503,13 @@ def test_v2_freeze_and_kill() -> None:
 @pytest.mark.parametrize("level", child_levels())
 def test_v2_cpu_limit_counts_every_process(level: Level, anyio_backend: Any) -> None:
     """``max_cpu`` on v2 (``cpu.stat``): three forked workers are stopped when their sum
-    reaches the limit, having used it and at most 0.1 s more."""
+    reaches the limit, having used it and at most a second more (the watcher's own 0.1 s
+    is held over simulated runs in ``test_cpu_limit.py``: a real run adds how late a
+    shared machine schedules the host; three workers each held to the limit would use
+    three)."""
     found = on_cgroup2("cpu_limit", level, _backend(anyio_backend))
     assert (found["kind"], found["cause"]) == ("limit", "cpu")
-    assert 1.0 <= found["cpu_time"] <= 1.1
+    assert 1.0 <= found["cpu_time"] <= 2.0
 
 
 @needs_mount
