@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -36,7 +35,7 @@ import psutil
 import sandbox
 from protocol import CGROUP_PREFIX
 from sandbox import Budget, Level, Pool, RunResult, Spawn
-from sandbox._children import REMAINS, _supervisor, hierarchy
+from sandbox._children import REMAINS, _supervisor, hierarchy, workdir_bases
 from sandbox._children._remains import MAX_PENDING
 
 from ._levels import add_level_option, levels_here
@@ -91,7 +90,8 @@ def host_state() -> dict[str, int]:
     for base in hierarchy().bases():
         if base.is_dir():
             cgroups += sum(1 for _ in base.glob(f"{mine}*"))
-    dirs = Path(tempfile.gettempdir()).glob(f"{_supervisor.WORKDIR_PREFIX}{os.getpid()}-*")
+    mine = f"{_supervisor.WORKDIR_PREFIX}{os.getpid()}-*"
+    dirs = [d for base in workdir_bases() for d in Path(base).glob(mine)]
     return {
         "processes": len(processes),
         "cgroups": cgroups,

@@ -37,6 +37,7 @@ from ._supervisor import (
     zygote_pid,
 )
 from ._uid import usable as uid_usable
+from ._workspace import workdir_bases
 
 __all__ = [
     "REMAINS",
@@ -60,5 +61,6 @@ __all__ = [
     "python_stack",
     "shutdown",
     "uid_usable",
+    "workdir_bases",
     "zygote_pid",
 ]

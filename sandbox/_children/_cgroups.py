@@ -232,7 +232,7 @@ def parse_proc_cgroup(text: str) -> tuple[dict[str, str], str | None]:
     return v1, v2
 
 
-def _mount_at(mountinfo: str, path: Path) -> tuple[str, _Mount] | None:
+def mount_at(mountinfo: str, path: Path) -> tuple[str, _Mount] | None:
     """The file system type and mount that ``path`` (resolved) is on: the mount with the
     longest mount point above it, the later one where two share a point (it hides the
     earlier)."""
@@ -1233,7 +1233,7 @@ def _explicit(setting: str, mountinfo: str, own_path: str | None, euid: int) -> 
         raise bad(exc.strerror or str(exc)) from exc
     if not stat.S_ISDIR(mode):
         raise bad("not a directory")
-    found = _mount_at(mountinfo, path)
+    found = mount_at(mountinfo, path)
     if found is None or found[0] != "cgroup2":
         on = "no file system" if found is None else f"{found[0]} mounted at {found[1].point}"
         raise bad(f"not a directory of a cgroup2 file system (it is on {on})")

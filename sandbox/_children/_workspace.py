@@ -23,11 +23,14 @@ and never raises; what cannot go yet stays on purpose:
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
+import stat
 import tempfile
 import threading
 import uuid
+from pathlib import Path
 from typing import Final
 
 from protocol import CGROUP_PREFIX, WORKDIR_PREFIX
@@ -36,9 +39,20 @@ from runner import default_disk_files
 from .._budget import DEFAULTS
 from .._errors import SandboxError, SpawnFailed
 from . import _uid
-from ._cgroups import CgroupSet
+from ._cgroups import CgroupSet, mount_at
 
-__all__ = ["CONFINED_WORKDIR", "SPARES", "Kind", "Spares", "Workspace", "disk_files", "kind_of"]
+__all__ = [
+    "CONFINED_WORKDIR",
+    "SPARES",
+    "Kind",
+    "Spares",
+    "Workspace",
+    "confined_base",
+    "disk_files",
+    "kind_of",
+    "memory_base",
+    "workdir_bases",
+]
 
 #: A confined program's working directory, inside its view (also its ``HOME`` and
 #: ``TMPDIR``): a directory of the run's own file system, the same for every run (each run
@@ -56,6 +70,57 @@ _DISK_SLACK: Final = 64 << 10
 def disk_files(disk_bytes: int | None) -> int | None:
     """The files a run's file system of ``disk_bytes`` holds (None: no bound)."""
     return None if disk_bytes is None else default_disk_files(disk_bytes)
+
+
+#: A memory file system every user may make directories in, on most Linux hosts.
+_MEMORY_BASE: Final = "/dev/shm"
+
+
+def memory_base(candidate: str, mountinfo: str) -> str | None:
+    """``candidate`` (resolved) if it is a directory on tmpfs in which this process may
+    make directories that no other user can remove (a world-writable one only with its
+    sticky bit), per ``mountinfo``; else None."""
+    try:
+        real = os.path.realpath(candidate)
+        info = os.stat(real)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(info.st_mode) or not os.access(real, os.W_OK | os.X_OK):
+        return None
+    if info.st_mode & stat.S_IWOTH and not info.st_mode & stat.S_ISVTX:
+        return None
+    found = mount_at(mountinfo, Path(real))
+    return real if found is not None and found[0] == "tmpfs" else None
+
+
+@functools.cache
+def _host_memory_base() -> str | None:
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
+            mountinfo = f.read()
+    except OSError:
+        return None
+    return memory_base(_MEMORY_BASE, mountinfo)
+
+
+def confined_base() -> str:
+    """Where a confined run's working directory on the host is made: a memory file
+    system where the host has one (see :func:`memory_base`), else the temporary
+    directory.
+
+    That directory stays empty (the runner starts there, then goes into its view, where
+    its working directory is its own file system), so on tmpfs it costs no memory; on
+    this machine's ext4 ``/tmp`` (journaled, mounted with ``discard``), making and
+    removing it took 0.18-0.27 ms of the host's CPU per run and a millisecond of its
+    background threads' time, on tmpfs 10 µs. A ``process`` run's directory is the
+    program's own, which it may fill: that one stays in the temporary directory.
+    """
+    return _host_memory_base() or tempfile.gettempdir()
+
+
+def workdir_bases() -> list[str]:
+    """Every directory this host makes its runs' working directories in."""
+    return sorted({tempfile.gettempdir(), confined_base()})
 
 
 class Workspace:
@@ -77,8 +142,10 @@ class Workspace:
         """
         self.disk_bytes = disk_bytes
         #: The run's working directory on the host (a confined runner starts there, then
-        #: goes into its view, where the host's stays empty).
-        self.workdir = tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-")
+        #: goes into its view, where the host's stays empty: see :func:`confined_base`).
+        self.workdir = tempfile.mkdtemp(
+            prefix=f"{WORKDIR_PREFIX}{os.getpid()}-", dir=confined_base() if confined else None
+        )
         #: The program's working directory, as the program names it.
         self.program_dir = CONFINED_WORKDIR if confined else self.workdir
         self.lease: _uid.Lease | None = None

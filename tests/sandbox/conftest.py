@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,7 +16,7 @@ import pytest
 import sandbox
 from protocol import CGROUP_PREFIX
 from sandbox import Pool, Spawn
-from sandbox._children import REMAINS, _supervisor, hierarchy
+from sandbox._children import REMAINS, _supervisor, hierarchy, workdir_bases
 from sandbox._children._workspace import SPARES, Workspace
 
 SPAWN_MODES = [Spawn.COLD, Spawn.ZYGOTE, Spawn.POOL]
@@ -121,8 +120,9 @@ def run_dirs() -> set[str]:
     """This host's runs' working directories that still exist (not one held for a run to
     come)."""
     prefix = f"{_supervisor.WORKDIR_PREFIX}{os.getpid()}-"
-    held = {Path(workspace.workdir).name for workspace in _held_workspaces()}
-    return {p.name for p in Path(tempfile.gettempdir()).glob(f"{prefix}*")} - held
+    held = {workspace.workdir for workspace in _held_workspaces()}
+    found = {str(p) for base in workdir_bases() for p in Path(base).glob(f"{prefix}*")}
+    return found - held
 
 
 def run_cgroups() -> set[Path]:

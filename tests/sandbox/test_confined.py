@@ -14,7 +14,6 @@ import os
 import socket
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,7 @@ import pytest
 
 import sandbox
 from sandbox import Budget, Kind, Level, RunResult
-from sandbox._children import WORKDIR_PREFIX, _supervisor, _uid
+from sandbox._children import WORKDIR_PREFIX, _supervisor, _uid, workdir_bases
 from tests.executables import EXIT_CODE, euid_probe, exit_probe, needs_x86_64
 from tests.host import ORDINARY_USER, needs_confinement, needs_run_cgroups, skip_as_ordinary_user
 
@@ -311,8 +310,8 @@ def runner_holding(cwd: str, marker: str) -> psutil.Process:
 def host_workdirs() -> list[str]:
     """The working directories this host made for its runs (the idle children's of a
     pool included) and has not removed yet."""
-    prefix = os.path.join(tempfile.gettempdir(), f"{WORKDIR_PREFIX}{os.getpid()}-")
-    return glob.glob(f"{glob.escape(prefix)}*")
+    prefixes = [os.path.join(base, f"{WORKDIR_PREFIX}{os.getpid()}-") for base in workdir_bases()]
+    return [path for prefix in prefixes for path in glob.glob(f"{glob.escape(prefix)}*")]
 
 
 def as_nobody(path: str) -> int | str:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Final
 
@@ -16,7 +15,7 @@ import pytest
 import protocol
 import sandbox
 from sandbox import Budget, CallError, Kind, Level, plane
-from sandbox._children import WORKDIR_PREFIX
+from sandbox._children import WORKDIR_PREFIX, workdir_bases
 from tests.host import child_levels, needs_confinement
 from tests.sandbox.test_cli import cli, program_file
 
@@ -252,7 +251,7 @@ def host_paths() -> list[str]:
     paths = [
         str(Path(protocol.__file__).resolve().parents[1]),
         str(Path(msgspec.__file__).resolve().parents[1]),
-        os.path.join(tempfile.gettempdir(), WORKDIR_PREFIX),
+        *(os.path.join(base, WORKDIR_PREFIX) for base in workdir_bases()),
     ]
     if sys.prefix != sys.base_prefix:
         paths.append(sys.prefix)

@@ -19,8 +19,8 @@ import pytest
 
 import sandbox
 from sandbox import Budget, Level, Pool, Spawn
-from sandbox._children import REMAINS, Child, _supervisor, hierarchy
-from sandbox._children._workspace import SPARES, Workspace
+from sandbox._children import REMAINS, WORKDIR_PREFIX, Child, _supervisor, hierarchy
+from sandbox._children._workspace import SPARES, Workspace, confined_base
 from sandbox._engine._levels import cgroups_usable
 from tests.host import child_levels
 
@@ -217,12 +217,15 @@ HOST = textwrap.dedent(
     import os, sys, tempfile, anyio, sandbox
     from sandbox._engine._levels import cgroups_usable
     from sandbox._children._reaper import CgroupSet
+    from sandbox._children._workspace import confined_base
     async def main():
         pool = sandbox.Pool(size=2)
         assert (await sandbox.run("1", spawn=pool)).ok
         pool.wait_full(30)
         # What the host makes for a child just before it asks the zygote for it.
-        tempfile.mkdtemp(prefix=f"sandbox-run-{os.getpid()}-")
+        confined = sys.argv[1] == "confined"
+        where = confined_base() if confined else None
+        tempfile.mkdtemp(prefix=f"sandbox-run-{os.getpid()}-", dir=where)
         if cgroups_usable():
             CgroupSet.create(f"run-{os.getpid()}-never-sent", memory=None, pids=None)
         def started():
@@ -270,10 +273,17 @@ def test_a_host_killed_outright_leaves_nothing(level: Level, spawn: Spawn) -> No
                 alive = [p for p in tree if still_running(p)]
                 time.sleep(0.05)
             assert alive == []
+
+            def left() -> list[Path]:
+                """What is left in the host's temporary directory, and of its runs'
+                directories wherever they are made."""
+                mine = f"{WORKDIR_PREFIX}{host.pid}-*"
+                return [*Path(tmp).iterdir(), *Path(confined_base()).glob(mine)]
+
             deadline = time.monotonic() + 10
-            while list(Path(tmp).iterdir()) and time.monotonic() < deadline:
+            while left() and time.monotonic() < deadline:
                 time.sleep(0.05)
-            assert list(Path(tmp).iterdir()) == []
+            assert left() == []
             cgroups = [
                 path
                 for base in hierarchy().bases()

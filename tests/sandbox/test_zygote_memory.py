@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import glob
 import os
-import tempfile
 from pathlib import Path
 
 import anyio
@@ -21,7 +20,7 @@ import pytest
 import sandbox
 from protocol import CGROUP_PREFIX, WORKDIR_PREFIX
 from sandbox import Budget, Level, Spawn, Tool
-from sandbox._children import _supervisor, hierarchy
+from sandbox._children import _supervisor, hierarchy, workdir_bases
 from tests.host import child_levels
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("spawn")]
@@ -208,7 +207,11 @@ async def test_a_child_sees_nothing_of_the_zygote(level: Level, spawn: Spawn) ->
             needles["a run's cgroup"] = f"{CGROUP_PREFIX}{os.getpid()}-"
             # B's working directory as the host names it (at confined, B and A both
             # name theirs /tmp/work), and every other the host made so far (a pool's).
-            names = {Path(d).name for d in glob.glob(f"{tempfile.gettempdir()}/{WORKDIR_PREFIX}*")}
+            names = {
+                Path(d).name
+                for base in workdir_bases()
+                for d in glob.glob(f"{glob.escape(base)}/{WORKDIR_PREFIX}*")
+            }
             assert level is Level.CONFINED or Path(other[0]).name in names
             for i, name in enumerate(sorted(names)):
                 needles[f"a working directory of the host's ({i})"] = name
