@@ -77,12 +77,18 @@ async def test_a_model_runs_a_confined_program_that_calls_host_tools_then_finish
     most = 0
     removed: list[str] = []
 
+    all_in = anyio.Event()
+
     async def lookup(key: str) -> str:
-        """Look a key up (takes a while)."""
+        """Look a key up (each waits, 5 s at most, until all three are in flight: calls
+        made one after the other would each wait the whole time, and ``most`` say so)."""
         nonlocal inflight, most
         inflight += 1
         most = max(most, inflight)
-        await anyio.sleep(0.3)
+        if inflight == 3:
+            all_in.set()
+        with anyio.move_on_after(5):
+            await all_in.wait()
         inflight -= 1
         return key.upper()
 

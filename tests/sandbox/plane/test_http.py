@@ -127,17 +127,20 @@ async def test_an_idle_session_is_closed() -> None:
 
 @pytest.mark.slow
 async def test_pings_keep_a_session_open_and_a_lost_one_is_dialed_again() -> None:
-    async with http_server("--idle", "1") as (url, _):
+    """Idle for two seconds, looked at every half of one: pings every 0.2 s keep the
+    session (a ping would have to be 1.8 s late to lose it), and without them it is
+    closed by 2.5 s, a second before the client calls again."""
+    async with http_server("--idle", "2") as (url, _):
         async with plane.Remote.dial(plane.http(url), keepalive=0.2) as remote:
             await remote.call(plane.Call(tool="pid"))
-            await anyio.sleep(2.5)
+            await anyio.sleep(3.5)
             assert remote.connected
             await remote.call(plane.Call(tool="pid"))
             assert remote.dials == 1, "the pings kept the session"
         warned: list[str] = []
         async with plane.Remote.dial(plane.http(url), warn=warned.append) as remote:
             await remote.call(plane.Call(tool="pid"))
-            await anyio.sleep(2.5)  # no pings: the server closes the session
+            await anyio.sleep(3.5)  # no pings: the server closes the session
             r = await remote.call(plane.Call(tool="lookup", arguments={"key": "z"}))
             assert r.data == "Z"
             assert remote.dials == 2
