@@ -12,10 +12,11 @@ returned and the host has cleared every remains, nothing of any run is left. The
 four programs, in turn: a trivial one, one host call, one that forks a child that sleeps
 (killed with the run), and, every 50th run, one that outlives its 0.5 s wall clock. While
 they run, the number of remains waiting to be cleared is sampled after every run and must
-never pass its bound. At the end the host closes its pools, waits until every remains is
-cleared, and counts, against a count taken before the first run: the processes under its
-zygotes and under itself, its runs' working directories and cgroups, and its own open
-descriptors. The exit status is 0 only when every run returned what its program should
+never pass its bound. At the end the host closes its pools and removes the workspaces it
+keeps for runs to come (one per kind of run forked on demand, as closing the host does),
+waits until every remains is cleared, and counts, against a count taken the same way
+before the first run: the processes under its zygotes and under itself, its runs' working
+directories (wherever the host makes them) and cgroups, and its own open descriptors. The exit status is 0 only when every run returned what its program should
 and nothing was left.
 """
 
@@ -33,10 +34,11 @@ import anyio
 import psutil
 
 import sandbox
-from protocol import CGROUP_PREFIX
+from protocol import CGROUP_PREFIX, _channel
 from sandbox import Budget, Level, Pool, RunResult, Spawn
 from sandbox._children import REMAINS, _supervisor, hierarchy, workdir_bases
 from sandbox._children._remains import MAX_PENDING
+from sandbox._children._workspace import SPARES
 
 from ._levels import add_level_option, levels_here
 from ._machine import report_head, write_report
@@ -144,8 +146,11 @@ async def _stress(level: Level, spawn: Spawn, runs: int, concurrency: int) -> di
 
 
 def _settled(before: dict[str, int]) -> dict[str, int]:
-    """What is left, beyond ``before``, once every remains is cleared (up to 30 s)."""
+    """What is left, beyond ``before``, once every remains is cleared (up to 30 s) and the
+    workspaces the host keeps for runs to come (one per kind of run forked on demand,
+    removed when the host closes) are removed, as closing the host removes them."""
     REMAINS.wait_empty(30.0)
+    SPARES.close()
     deadline = time.monotonic() + 5.0
     while True:
         now = host_state()
@@ -180,6 +185,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # One run first, so that the zygote (kept between runs, not a leftover) is up.
     anyio.run(sandbox.run, "1", backend=args.backend)
     REMAINS.wait_empty(30.0)
+    SPARES.close()  # (what it made ahead for the next run: see _settled)
+    # The one /dev/null descriptor a process keeps for channels closed under a waiting
+    # task (protocol._channel), opened by the first such close: the host's, not a run's.
+    _channel._null()
     before = host_state()
     for level in levels:
         for spawn in spawns:
