@@ -16,8 +16,9 @@ never pass its bound. At the end the host closes its pools and removes the works
 keeps for runs to come (one per kind of run forked on demand, as closing the host does),
 waits until every remains is cleared, and counts, against a count taken the same way
 before the first run: the processes under its zygotes and under itself, its runs' working
-directories (wherever the host makes them) and cgroups, and its own open descriptors. The exit status is 0 only when every run returned what its program should
-and nothing was left.
+directories (wherever the host makes them) and cgroups, and its own open descriptors.
+The exit status is 0 only when every run returned what its program should and nothing
+was left.
 """
 
 from __future__ import annotations
