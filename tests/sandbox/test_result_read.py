@@ -133,3 +133,66 @@ async def test_a_value_of_several_mib_comes_back_whole(level: str) -> None:
     result = await sandbox.run(f"'ab' * {size // 2}", level=level)
     assert result.ok, result.error
     assert result.value == "ab" * (size // 2)
+
+
+async def test_a_call_channel_ended_with_the_result_starts_no_task() -> None:
+    """A runner closes its call channel right after its Result: when the host wakes to
+    both at once, it reads the Result and starts no task for the call channel's end (a
+    task started only to be cancelled)."""
+    frame = frame_message(
+        Result(v=VERSION, result_id=RESULT_ID, ok=True, value="1", calls=0, bytes=0)
+    )
+    # The channel is the host's end of two pipes: up (the child's Result) and down.
+    up_r, up_w = os.pipe()
+    down_r, down_w = os.pipe()
+    channel = FdChannel(up_r, down_w)
+    with _pipes(2) as ((out_r, _), (err_r, _)), ExitStack() as stack:
+        stack.callback(channel.close)
+        stack.callback(os.close, up_w)
+        stack.callback(os.close, down_r)
+        call_r, call_w = os.pipe()
+        stack.callback(os.close, call_r)
+        open_ends = {call_w}
+
+        @stack.callback
+        def _close_open_ends() -> None:
+            for fd in open_ends:
+                os.close(fd)
+
+        started: list[str] = []
+
+        def task(name: str) -> Any:
+            async def run() -> None:
+                started.append(name)
+
+            return run
+
+        run = SimpleNamespace(
+            start_ch=channel,
+            child=SimpleNamespace(
+                pipes=SimpleNamespace(start_fds=(up_r, down_w), call_fds=(call_r, call_w))
+            ),
+            stdout=SimpleNamespace(fd=out_r, drain=task("stdout")),
+            stderr=SimpleNamespace(fd=err_r, drain=task("stderr")),
+            tasks=False,
+        )
+        start = Start(
+            v=VERSION, program="1", bindings=(), budget=StartBudget(), result_id=RESULT_ID
+        )
+
+        async def child() -> None:
+            # Once the host waits for the run's descriptors: the Result, then the call
+            # channel's end, both before the host wakes.
+            await anyio.wait_all_tasks_blocked()
+            assert os.write(up_w, frame) == len(frame)
+            os.close(call_w)  # the call channel's end
+            open_ends.clear()
+
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(child)
+                result = await _process._Run._await_result(cast(Any, run), start, tg, task("calls"))
+        assert os.read(down_r, 1 << 16)  # the Start went down
+    assert result.value == "1"
+    assert started == []
+    assert not run.tasks
