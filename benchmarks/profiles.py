@@ -1,7 +1,7 @@
 """Why a figure of the study misses its floor: profiles measured in the study's own run.
 
 A MISS in the targets table says that a figure is too high; the profiles here say where
-its time goes, measured on the same machine, in the same run, on the same code. Three of
+its time goes, measured on the same machine, in the same run, on the same code. Four of
 them:
 
 1. **The run's path, phase by phase** (:func:`measure_phases`): the cells the latency
@@ -25,6 +25,9 @@ them:
    namespace down in its own threads, from ``/proc/stat`` for the whole machine.
 3. **Where an idle confined child's memory is** (:func:`measure_memory`): its private
    pages by mapping (``/proc/PID/smaps``), for the USS target.
+4. **Where the machine's CPU goes under the sustained confined load**
+   (:mod:`benchmarks.cpu_profile`): every CPU sampled with its call chains while runs
+   follow one another, each sample given a part of the machine and a kind of work.
 
 :data:`EXPLAINED_BY` says which profile explains which target; the study's page shows, for
 each MISS, the profile that explains it (``study.render_markdown``). The profiles alone,
@@ -60,6 +63,7 @@ import sandbox._children._supervisor
 from protocol import StarterCore
 from sandbox._engine import _process
 
+from . import cpu_profile
 from ._machine import ROOT
 from .bench_levels import ECHO
 
@@ -75,12 +79,13 @@ class ProfileSizes:
     per_round: int  # samples per cell per round
     forks: int  # forks per kind in the process profile
     pages: int  # pages written per page-cost figure
+    cpu_seconds: float  # the machine sampled under the sustained load (profile 4)
 
 
 PRESETS: Final = {
-    "full": ProfileSizes(rounds=5, per_round=40, forks=300, pages=4096),
-    "quick": ProfileSizes(rounds=3, per_round=15, forks=100, pages=2048),
-    "smoke": ProfileSizes(rounds=1, per_round=2, forks=5, pages=64),
+    "full": ProfileSizes(rounds=5, per_round=40, forks=300, pages=4096, cpu_seconds=6.0),
+    "quick": ProfileSizes(rounds=3, per_round=15, forks=100, pages=2048, cpu_seconds=3.0),
+    "smoke": ProfileSizes(rounds=1, per_round=2, forks=5, pages=64, cpu_seconds=1.0),
 }
 
 #: The program each phase cell runs: its first line is the child's stamp; its value
@@ -141,8 +146,8 @@ EXPLAINED_BY: Final = {
     "confined_zygote_trivial_p50_ms": ("phases", "confined/zygote"),
     "process_pool_trivial_p50_ms": ("phases", "process/pool"),
     "in_process_trivial_p50_ms": ("phases", "in_process"),
-    "confined_runs_per_s": ("processes", None),
-    "confined_cpu_per_run_ms": ("processes", None),
+    "confined_runs_per_s": ("cpu", None),
+    "confined_cpu_per_run_ms": ("cpu", None),
     "idle_confined_child_uss_mb": ("memory", None),
     "confined_1mib_value_vs_raw_pipe": ("phases", "value@confined/pool"),
     "failed_runs": ("failures", None),
@@ -153,6 +158,7 @@ ANCHORS: Final = {
     "phases": "profile-1-the-runs-path-phase-by-phase",
     "processes": "profile-2-what-a-fresh-process-costs-here-before-any-wall",
     "memory": "profile-3-where-an-idle-confined-childs-memory-is",
+    "cpu": cpu_profile.ANCHOR,
     "failures": "failed-samples",
 }
 
@@ -162,6 +168,7 @@ def plan(rec: Recorder, sizes: ProfileSizes) -> None:
     rec.add("profile/phases", "profile   phases", sizes.rounds * sizes.per_round)
     rec.add("profile/processes", "profile   processes", 2)
     rec.add("profile/memory", "profile   memory", 1)
+    rec.add("profile/cpu", "profile   cpu", 1)
 
 
 async def measure(rec: Recorder, sizes: ProfileSizes, limit: float) -> dict[str, Any]:
@@ -173,6 +180,8 @@ async def measure(rec: Recorder, sizes: ProfileSizes, limit: float) -> dict[str,
     rec.done("profile/processes", "")
     out["memory"] = await measure_memory(rec, limit)
     rec.done("profile/memory", "")
+    out["cpu"] = await cpu_profile.measure(rec, sizes.cpu_seconds, limit)
+    rec.done("profile/cpu", cpu_profile.first(out["cpu"]) or out["cpu"].get("error", ""))
     return out
 
 
@@ -619,6 +628,7 @@ def render(doc: dict[str, Any]) -> list[str]:
     lines += _phase_lines(profiles.get("phases") or {})
     lines += _process_lines(profiles.get("processes") or {})
     lines += _memory_lines(profiles.get("memory") or {})
+    lines += cpu_profile.render_lines(profiles.get("cpu"))
     return lines
 
 
@@ -632,6 +642,13 @@ def _first(kind: str, cell: str | None, profiles: dict[str, Any]) -> str:
         labels = dict(INPROCESS_PHASES if cell == "in_process" else PHASES)
         name, ms = max(c["phases_p50_ms"].items(), key=lambda kv: kv[1] or 0.0)
         return f"the largest phase: {labels[name]}, {_ms(ms)} of {_ms(c['total_p50_ms'])} ms"
+    if kind == "cpu":
+        cpu = profiles.get("cpu") or {}
+        shown = cpu_profile.first(cpu)
+        if shown is not None:
+            return shown
+        why = cpu.get("error", "not measured in this run")
+        return f"not measured ({why}); profile 2: {_first('processes', None, profiles)}"
     if kind == "processes":
         zygote = (profiles.get("processes") or {}).get("zygote", {})
         plain, netns = zygote.get("fork_exit", {}), zygote.get("fork_netns_exit", {})

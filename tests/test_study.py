@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks import profiles, study
+from benchmarks import cpu_profile, profiles, study
 
 #: The studies' results, as committed.
 RESULTS = Path(study.__file__).parent / "results"
@@ -246,6 +246,16 @@ def _check_profiles(doc: dict[str, Any], page: str) -> None:
         assert fresh[name]["private_kb"] >= 0
     memory = doc["profiles"]["memory"]
     assert memory["private_bytes"] == sum(memory["by_mapping"].values()) > 0
+    cpu = doc["profiles"]["cpu"]
+    if "error" in cpu:  # no perf here, or not allowed to sample the machine: it says why
+        assert cpu["error"]
+    else:
+        assert cpu["runs"] > 0
+        assert cpu["roles_ms"][cpu_profile.RUNS] > 0
+        assert cpu["roles_ms"][cpu_profile.ZYGOTE] > 0
+        assert cpu["busy_ms"] > 0
+        assert 0.5 < cpu["coverage"] < 1.5  # the samples stand for the CPUs' time
+    assert cpu_profile.TITLE in page
     assert "## Why each MISS: profiles measured in this run" in page
     for t in doc["targets"]:
         if t["verdict"] == "MISS":
@@ -1025,6 +1035,18 @@ def _hand_written_profiles() -> dict[str, Any]:
             "private_bytes": 3_000_000,
             "by_mapping": {"[anonymous]": 2_000_000, "[heap]": 1_000_000},
         },
+        "cpu": {
+            "frequency_hz": 1000,
+            "samples": 20,
+            "window_s": 0.01,
+            "runs": 2,
+            "callers": 4,
+            "coverage": 1.0,
+            "table_ms": {"runs/fault_cow": 6.0, "zygote/fork": 2.0, "idle/idle": 2.0},
+            "roles_ms": {"runs": 6.0, "zygote": 2.0, "idle": 2.0},
+            "kinds_ms": {"fault_cow": 6.0, "fork": 2.0, "idle": 2.0},
+            "busy_ms": 8.0,
+        },
     }
 
 
@@ -1051,9 +1073,22 @@ def test_render_says_which_profile_explains_each_miss(tmp_path: Path) -> None:
     ) in section
     cpu = _row(section.splitlines(), "| CPU time per confined run")
     assert cpu.endswith(
-        "| [processes](#profile-2-what-a-fresh-process-costs-here-before-any-wall) | "
-        "a fork and exit of the zygote-like interpreter: 1.8 ms of CPU |"
+        f"| [cpu](#{cpu_profile.ANCHOR}) | the most: page faults: copy on write (a page "
+        "shared, first written) in the runs' processes, 6 of 8 ms of CPU per run |"
     )
+    # Columns: the zygote, the runs' processes, idle; then all.
+    assert "| page faults: copy on write (a page shared, first written) |  | 6 |  | 6 |" in section
+    assert "| **all** | **2** | **6** | **2** | |" in section
+    # Without that profile (perf missing), the fork's cost stands in, and says why.
+    del doc["profiles"]["cpu"]["table_ms"]
+    doc["profiles"]["cpu"]["error"] = "perf is not installed"
+    page = study.render_markdown(doc, tmp_path / "RESULTS.md", json_path, [])
+    section = page[page.index("## Why each MISS") : page.index("## Method")]
+    assert _row(section.splitlines(), "| CPU time per confined run").endswith(
+        "| not measured (perf is not installed); profile 2: a fork and exit of the "
+        "zygote-like interpreter: 1.8 ms of CPU |"
+    )
+    assert "Not measured: perf is not installed" in section
     assert "| `bare` | not measured: RuntimeError: exit 1: no python |" in section
     assert "| not measured: unshare(CLONE_NEWNET) refused here |" in section
     assert "| `[anonymous]` | 2 | 67% |" in section
