@@ -517,15 +517,16 @@ class Pool:
         _pools.add(self)
 
     @staticmethod
-    def _make(kind: Kind) -> Child:
-        """One child for the pool (or for the run that found it empty).
+    def _make(kind: Kind, *, ahead: bool) -> Child:
+        """One child for the pool (``ahead``), or for the run that found it empty (which
+        waits for it: the child does not warm up first, see :attr:`ForkRequest.warm_up`).
 
         Raises:
             SpawnFailed: the zygote would not take the request.
         """
         confined, use_cgroups, disk_bytes = kind
         child = Child(confined=confined, use_cgroups=use_cgroups, disk_bytes=disk_bytes)
-        child.request(mode=Spawn.POOL, start_timeout=0, ahead=True)
+        child.request(mode=Spawn.POOL, start_timeout=0, ahead=ahead)
         return child
 
     def take(
@@ -551,7 +552,7 @@ class Pool:
                     idle = self._idle.setdefault(kind, deque())
                     child = idle.popleft() if idle else None
                 if child is None:
-                    child = self._make(kind)
+                    child = self._make(kind, ahead=False)
                 elif child.ready_now() is False:  # died while idle: not for a run
                     dead.append(child)
                     continue
@@ -592,7 +593,7 @@ class Pool:
         pool closed meanwhile (the child is then discarded, before :meth:`close` is told
         it may go on)."""
         try:
-            child = self._make(kind)
+            child = self._make(kind, ahead=True)
         except SpawnFailed:
             return False
         with self._lock:

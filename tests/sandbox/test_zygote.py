@@ -343,7 +343,8 @@ async def test_asyncio_in_a_child_is_as_new_after_the_zygotes_warm_up(level: Lev
 
 async def test_only_a_child_forked_ahead_warms_up(monkeypatch: pytest.MonkeyPatch) -> None:
     """A pool's child, forked ahead of its run, warms its path before it says ready; a
-    child forked for a run that waits for it does not (that run would wait for it too)."""
+    child forked for a run that waits for it does not (that run would wait for it too),
+    on demand or from a pool found empty."""
     from protocol import ForkRequest as real
 
     asked: list[bool] = []
@@ -357,11 +358,15 @@ async def test_only_a_child_forked_ahead_warms_up(monkeypatch: pytest.MonkeyPatc
     result = await sandbox.run("1", spawn=Spawn.ZYGOTE)
     assert (result.ok, asked) == (True, [False])
     with Pool(size=1) as pool:
-        result = await sandbox.run("1", spawn=pool)
+        result = await sandbox.run("1", spawn=pool)  # finds the pool empty
         assert result.ok, result.error
-    # The pool's first child, then at least one made to take its place (also ahead).
-    assert len(asked) >= 2, asked
-    assert all(asked[1:]), asked
+        assert pool.wait_full()
+        result = await sandbox.run("1", spawn=pool)  # takes the child made ahead
+        assert result.ok, result.error
+    # The run's own child, then the ones made ahead to take its place (and the second's).
+    assert len(asked) >= 3, asked
+    assert asked[:2] == [False, False], asked
+    assert all(asked[2:]), asked
 
 
 @pytest.mark.parametrize("level", CHILD_LEVELS)
