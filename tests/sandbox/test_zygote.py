@@ -128,11 +128,11 @@ async def test_a_run_never_waits_for_a_child_being_made(monkeypatch: pytest.Monk
     held = threading.Event()
     real_make = Pool._make
 
-    def make(kind: tuple[bool, bool, int | None]) -> Child:
+    def make(kind: tuple[bool, bool, int | None], *, ahead: bool) -> Child:
         made.append(threading.current_thread())
         if threading.current_thread().name == "refill-under-test":
             held.wait(30)
-        return real_make(kind)
+        return real_make(kind, ahead=ahead)
 
     monkeypatch.setattr(Pool, "_make", staticmethod(make))
     with Pool(size=2) as pool:
@@ -171,10 +171,10 @@ def test_closing_a_pool_waits_for_the_child_being_made(monkeypatch: pytest.Monke
     made: list[Child] = []
     real_make = Pool._make
 
-    def make(kind: tuple[bool, bool, int | None]) -> Child:
+    def make(kind: tuple[bool, bool, int | None], *, ahead: bool) -> Child:
         making.set()
         held.wait(30)
-        child = real_make(kind)
+        child = real_make(kind, ahead=ahead)
         made.append(child)
         return child
 
