@@ -386,8 +386,19 @@ def _record(path: Path, seconds: float) -> None:
     argv += ["-o", str(path), "--", "sleep", str(seconds)]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 60, check=False)
     if done.returncode != 0 or not path.exists():
-        lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
-        raise RuntimeError(f"perf record failed: {(lines or ['no output'])[-1][:300]}")
+        raise RuntimeError(
+            f"perf record failed (exit {done.returncode}): {perf_error(done.stderr)}"
+        )
+
+
+def perf_error(stderr: str) -> str:
+    """What perf's own words say went wrong: its first line that is not a heading
+    (``Error:``), and the ``perf_event_paranoid`` setting it names, if it names one."""
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    said = [ln for ln in lines if ln.rstrip(":").lower() not in ("error", "warning")]
+    text = said[0][:300] if said else "no output"
+    setting = next((ln for ln in lines if ln.startswith("perf_event_paranoid setting is")), None)
+    return text if setting is None else f"{text} ({setting.rstrip(':')})"
 
 
 def _script(path: Path, roles: Roles) -> dict[str, Any]:

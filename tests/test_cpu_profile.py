@@ -178,3 +178,21 @@ def test_the_anchor_is_the_titles() -> None:
     title = cp.TITLE.removeprefix("### ").lower()
     slug = "".join(c for c in title if c.isalnum() or c in " -").replace(" ", "-")
     assert slug == cp.ANCHOR
+
+
+def test_perf_refusing_is_said_in_its_own_words() -> None:
+    refused = (
+        "Error:\n"
+        "Access to performance monitoring and observability operations is limited.\n"
+        "Consider adjusting /proc/sys/kernel/perf_event_paranoid setting to open\n"
+        "perf_event_paranoid setting is 2:\n"
+        "  -1: Allow use of (almost) all events by all users\n"
+    )
+    assert cp.perf_error(refused) == (
+        "Access to performance monitoring and observability operations is limited. "
+        "(perf_event_paranoid setting is 2)"
+    )
+    assert cp.perf_error("") == "no output"
+    assert cp.perf_error("failed to open x.data : Permission denied\n") == (
+        "failed to open x.data : Permission denied"
+    )
