@@ -369,6 +369,29 @@ async def test_only_a_child_forked_ahead_warms_up(monkeypatch: pytest.MonkeyPatc
     assert all(asked[2:]), asked
 
 
+#: The program's signal dispositions, and the wakeup descriptor it found set.
+SIGNALS_PROGRAM = (
+    "import signal\n"
+    "wakeup = signal.set_wakeup_fd(-1)\n"
+    "[wakeup, {s.name: repr(signal.getsignal(s)) for s in signal.valid_signals()\n"
+    "          if isinstance(s, signal.Signals)}]"
+)
+
+
+@pytest.mark.parametrize("level", CHILD_LEVELS)
+async def test_a_child_has_a_fresh_runners_signals(level: Level) -> None:
+    """A child the zygote forked handles signals as a runner executed afresh does: none
+    of the zygote's (its SIGCHLD handler, its wakeup descriptor) is left to the program."""
+    fresh = await sandbox.run(SIGNALS_PROGRAM, level=level, spawn=Spawn.COLD)
+    forked = await sandbox.run(SIGNALS_PROGRAM, level=level)
+    assert fresh.ok, fresh.error
+    assert forked.ok, forked.error
+    assert forked.value == fresh.value
+    wakeup, handlers = forked.value
+    assert wakeup == -1
+    assert handlers["SIGCHLD"] == repr(signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("level", CHILD_LEVELS)
 async def test_a_child_has_exactly_the_runs_environment(level: Level) -> None:
     """The zygote's child changes only what differs from the zygote's environment: the
