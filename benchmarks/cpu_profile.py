@@ -239,11 +239,11 @@ def kind_of(frames: Sequence[Frame]) -> tuple[str, str]:
 
 @dataclass(frozen=True)
 class Roles:
-    """Who is who on the machine: this host's pid and its event loop's thread, the zygote
-    and its keeper, and the name (``comm``) the runs' processes have."""
+    """Who is who on the machine: this host's pid (its event loop runs in its main
+    thread, whose id is the pid), the zygote and its keeper, and the name (``comm``) the
+    runs' processes have."""
 
     host: int
-    host_loop: int
     zygote: int | None
     keeper: int | None
     interpreter: str
@@ -259,7 +259,7 @@ def role_of(sample: Sample, roles: Roles) -> str:
     if sample.pid == 0:
         return IDLE
     if sample.pid == roles.host:
-        return HOST_LOOP if sample.tid == roles.host_loop else HOST_THREADS
+        return HOST_LOOP if sample.tid == roles.host else HOST_THREADS
     if sample.pid in (roles.zygote, roles.keeper):
         return ZYGOTE
     if sample.comm in ("perf", "perf-exec"):
@@ -371,9 +371,10 @@ def _roles() -> Roles:
             keeper = None if parent is None else parent.pid
             top = process if parent is None else parent
             ours |= {top.pid, *(p.pid for p in top.children(recursive=True))}
+    if interpreter is None:  # no zygote: no run's process to tell from the others
+        return Roles(os.getpid(), zygote, keeper, "")
     others = {pid for pid in psutil.pids() if pid not in ours and _comm(pid) == interpreter}
-    name = interpreter or ""
-    return Roles(os.getpid(), os.getpid(), zygote, keeper, name, frozenset(others))
+    return Roles(os.getpid(), zygote, keeper, interpreter, frozenset(others))
 
 
 def _record(path: Path, seconds: float) -> None:
@@ -526,7 +527,8 @@ def render_lines(cpu: dict[str, Any] | None) -> list[str]:
         "|---|" + "---|" * (len(roles) + 1),
     ]
     for kind in kinds:
-        cells = [_ms(table.get(f"{r}/{kind}")) if table.get(f"{r}/{kind}") else "" for r in roles]
+        shares = [table.get(f"{r}/{kind}") for r in roles]
+        cells = [_ms(ms) if ms else "" for ms in shares]
         label = KIND_LABELS.get(kind, kind)
         lines.append(f"| {label} | " + " | ".join(cells) + f" | {_ms(cpu['kinds_ms'][kind])} |")
     totals = " | ".join(f"**{_ms(cpu['roles_ms'][r])}**" for r in roles)

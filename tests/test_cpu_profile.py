@@ -57,7 +57,7 @@ garbage line without ids
 \tffffffff81300000 copy_page_range ({K})
 """
 
-ROLES = cp.Roles(host=100, host_loop=100, zygote=300, keeper=299, interpreter="python")
+ROLES = cp.Roles(host=100, zygote=300, keeper=299, interpreter="python")
 
 
 def _samples() -> list[cp.Sample]:

@@ -564,7 +564,7 @@ class _Run:
     ) -> Result:
         """Send ``start`` and wait for its Result, starting each of the run's other tasks
         (serving calls, draining stdout and stderr) when its descriptor first has
-        something to read.
+        something to read while the start channel has nothing.
 
         A run that makes no call and writes nothing (most short ones) starts none of them:
         the run waits on one descriptor, an epoll instance holding all four, where three
