@@ -68,6 +68,7 @@ NONROOT_TESTS := tests/sandbox/test_nonroot.py tests/sandbox/test_confined.py \
 	tests/sandbox/test_budget.py tests/sandbox/test_hostile.py \
 	tests/sandbox/test_wire_hostile.py tests/sandbox/test_exit.py \
 	tests/sandbox/test_program_size.py tests/sandbox/test_program_view.py \
+	tests/sandbox/test_process_walls.py \
 	tests/runner/test_namespaces.py tests/runner/test_relocate.py \
 	tests/runner/test_landlock.py tests/runner/test_seccomp.py \
 	tests/protocol/test_pipesize.py

@@ -1,4 +1,5 @@
-"""Landlock for the ``confined`` level: a filesystem view, no TCP, and a scoped process.
+"""Landlock for the ``confined`` level (a filesystem view, no TCP, a scoped process), and for
+the ``process`` level (a scoped process alone: :func:`scope_signals`).
 
 Theory of operation
 ===================
@@ -49,8 +50,18 @@ this host's ABI 7; the mount namespace must hide such sockets); and, before ABI 
 other than the calling one, which is why :func:`restrict` refuses to run in a process that
 has several.
 
-Invariants upheld (DESIGN.md, "sandbox: the host", ``confined``): a filesystem view where the
-host is read-only or invisible, and no_new_privs.
+A process in a Landlock domain can signal only processes of its own domain (or of domains
+nested in it) once the domain scopes signals (ABI 6), and, whatever the domain handles, can
+trace (``ptrace``, ``/proc/<pid>/mem``, ``process_vm_readv``) only those (what else of
+``/proc/<pid>`` it can read is as before: root still reads another root process's
+``environ`` and ``maps`` here). :func:`scope_signals` enforces a domain that handles nothing
+else: for the ``process`` level, whose program runs as the host's own user and sees its
+files, but must not be able to take the host (or any other process of that user) down, nor
+read its memory.
+
+Invariants upheld (DESIGN.md, "sandbox: the host"): at ``confined``, a filesystem view where
+the host is read-only or invisible, and no_new_privs; at ``process``, where the kernel has
+ABI 6, no signal or trace reaches a process outside the run, and no_new_privs.
 
 Only the standard library is imported (:mod:`ctypes` for the system calls).
 """
@@ -71,8 +82,11 @@ from ._libc import machine as _machine
 
 __all__ = [
     "KNOWN_ABI",
+    "SCOPE_ABI",
     "abi_version",
     "restrict",
+    "scope_signals",
+    "signal_scope_gap",
 ]
 
 #: The newest Landlock ABI this module knows; a newer kernel is used at this version.
@@ -115,6 +129,9 @@ _HANDLED_SINCE: Final = (
     (5, _FS_IOCTL_DEV, 0, 0),
     (6, 0, 0, _SCOPE_ABSTRACT_UNIX_SOCKET | _SCOPE_SIGNAL),
 )
+
+#: The first ABI that scopes signals (:func:`scope_signals`).
+SCOPE_ABI: Final = 6
 
 #: struct landlock_ruleset_attr: handled_access_fs, handled_access_net (ABI 4), scoped (ABI 6).
 #: It is passed truncated to the fields the ABI knows.
@@ -183,6 +200,52 @@ def restrict(
         ):
             for path in paths:
                 _add_path_rule(libc, add_rule, ruleset, os.fspath(path), rights & handled_fs)
+        _enforce(libc, restrict_self, ruleset, abi)
+    finally:
+        os.close(ruleset)
+    return abi
+
+
+def signal_scope_gap() -> str | None:
+    """Why :func:`scope_signals` cannot be enforced here; None if it can. Never raises."""
+    kernel_abi, reason = _probe()
+    if kernel_abi < 1:
+        return reason
+    if kernel_abi < SCOPE_ABI:
+        return (
+            f"the kernel's Landlock is ABI {kernel_abi}; scoping signals needs ABI "
+            f"{SCOPE_ABI} (Linux 6.12)"
+        )
+    return None
+
+
+def scope_signals() -> int:
+    """Keep this process, and all it later starts, from signalling or tracing any process
+    outside them.
+
+    Sets no_new_privs, then enforces a ruleset that handles no filesystem or network right
+    and scopes signals: ``kill``, ``tgkill``, ``pidfd_send_signal``, ``rt_sigqueueinfo`` and
+    ``F_SETOWN`` signals to a process outside fail with ``EPERM`` (``kill(-1, ...)`` reaches
+    this process's own descendants only), and so does tracing one, as in any Landlock domain.
+    Files, sockets and everything else are as they were. Irreversible.
+
+    Returns:
+        The kernel's ABI version, capped at :data:`KNOWN_ABI`.
+
+    Raises:
+        OSError: ``EOPNOTSUPP`` where the kernel cannot (:func:`signal_scope_gap` says why),
+            or the kernel's errno if a Landlock call failed.
+        RuntimeError: the process has other threads and the kernel (ABI < 8) can only
+            restrict the calling one; nothing was changed.
+    """
+    gap = signal_scope_gap()
+    if gap is not None:
+        raise OSError(errno.EOPNOTSUPP, f"landlock: cannot scope signals: {gap}")
+    abi = _usable_abi()
+    create_ruleset, _, restrict_self = _SYSCALLS[_machine()]
+    libc = _libc()
+    ruleset = _create_ruleset(libc, create_ruleset, abi, 0, 0, _SCOPE_SIGNAL)
+    try:
         _enforce(libc, restrict_self, ruleset, abi)
     finally:
         os.close(ruleset)

@@ -18,16 +18,18 @@ Start-up imports the standard library and msgspec only (and the child side of
 anyio, no trio, and not even :mod:`argparse` (the command line is parsed by hand).
 
 Options: ``--confine JSON`` puts up the confined level's walls (:mod:`runner._confine`);
-``--ready FD`` makes the runner put them up *before* it reads its Start and then write
-:data:`READY_OK` to ``FD`` (or :data:`READY_FAILED` and the reason), so that the host can set
-the run's limits on the runner's final process before it sends anything of the run;
-``--supervised`` means the runner's parent is the zygote (:mod:`runner._zygote`): no
-``PR_SET_PDEATHSIG`` (the zygote ends its runners when the host dies, and a runner outlives
-a zygote that dies alone), and a confined runner leaves its PID 1 to the zygote rather than
-waiting outside for it; ``--no-linger`` skips step 5 (for a host that finds every process
-of the run in its cgroups, whatever their parents: the runner exits right after its
-Result, while the host reads it). The zygote's warm children skip the command line and
-call :func:`serve` directly.
+without it, the runner puts up the ``process`` level's one, where the kernel has it: a
+Landlock domain that keeps the run from signalling or tracing any process outside it
+(:func:`runner._landlock.scope_signals`). ``--ready FD`` makes the runner put them up
+*before* it reads its Start and then write :data:`READY_OK` to ``FD`` (or
+:data:`READY_FAILED` and the reason), so that the host can set the run's limits on the
+runner's final process before it sends anything of the run; ``--supervised`` means the
+runner's parent is the zygote (:mod:`runner._zygote`): no ``PR_SET_PDEATHSIG`` (the zygote
+ends its runners when the host dies, and a runner outlives a zygote that dies alone), and a
+confined runner leaves its PID 1 to the zygote rather than waiting outside for it;
+``--no-linger`` skips step 5 (for a host that finds every process of the run in its cgroups,
+whatever their parents: the runner exits right after its Result, while the host reads it).
+The zygote's warm children skip the command line and call :func:`serve` directly.
 
 What the runner does, in order:
 
@@ -76,6 +78,7 @@ never prints a traceback for a protocol reason.
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import sys
@@ -491,6 +494,24 @@ def _confine(
     return None
 
 
+def _scope() -> str | None:
+    """The ``process`` level's wall: no signal or trace from the run reaches a process outside
+    it (:func:`runner._landlock.scope_signals`). None when it is up, or when this kernel has
+    no such scope (the host's probe says so: :func:`runner._landlock.signal_scope_gap`); else
+    why it could not be put up."""
+    from ._landlock import scope_signals
+
+    try:
+        scope_signals()
+    except OSError as exc:
+        if exc.errno == errno.EOPNOTSUPP:
+            return None
+        return f"the sandbox's walls could not be put up: {exc}"
+    except RuntimeError as exc:
+        return f"the sandbox's walls could not be put up: {exc}"
+    return None
+
+
 def _own_main_thread() -> None:
     """Make :mod:`threading`'s main thread this process's, if it was imported before.
 
@@ -586,7 +607,8 @@ def _ready(fd: int | None, message: bytes) -> None:
 def serve(args: Arguments) -> int:
     """Steps 2 to 5 of the module docstring, for a runner already tied to its parent.
 
-    With ``args.ready_fd``, the walls (``args.confine``) go up *before* the Start is read,
+    With ``args.ready_fd``, the walls (``args.confine``'s, or without it the ``process``
+    level's: :func:`_scope`) go up *before* the Start is read,
     and the runner then writes :data:`READY_OK` to that descriptor (or :data:`READY_FAILED`
     and the reason, and exits); the host sets the run's limits on every process of the run
     once it has read it. This is how the zygote's children run, confined before anything of
@@ -598,7 +620,7 @@ def serve(args: Arguments) -> int:
     if backend is None:
         return EXIT_USAGE
     early = args.ready_fd is not None
-    if early and args.confine and not _confine_before_start(args):
+    if early and not _confine_before_start(args):
         return EXIT_NOT_CONFINED
     # Both channels' ends are made before the Start, off the run's path (the first Client
     # a runner forked from the zygote makes writes to pages it shares with it).
@@ -609,7 +631,7 @@ def serve(args: Arguments) -> int:
     if start is None:
         return EXIT_NO_START
     client.limit_inflight(start.budget.max_inflight)
-    if args.confine and not early and not _confine_after_start(args, runner, start, client):
+    if not early and not _confine_after_start(args, runner, start, client):
         return EXIT_NOT_CONFINED
     _own_main_thread()
     outcome = _run_program(backend, start, client)
@@ -666,12 +688,16 @@ def _load_backend(args: Arguments) -> Backend | None:
 def _confine_before_start(args: Arguments) -> bool:
     """The walls, before the Start (``--ready``); False (the host told why) if they failed."""
     # A supervised runner's PID 1 goes to the zygote, which reports it to the host.
-    failure = _confine(
-        args.confine,
-        detach=args.supervised,
-        view=args.view,
-        pid_one=args.pid_one,
-        net=args.net,
+    failure = (
+        _confine(
+            args.confine,
+            detach=args.supervised,
+            view=args.view,
+            pid_one=args.pid_one,
+            net=args.net,
+        )
+        if args.confine
+        else _scope()
     )
     if failure is None:
         return True
@@ -696,7 +722,7 @@ def _await_start(runner: Runner, timeout: float | None, *, early: bool) -> Start
 
 def _confine_after_start(args: Arguments, runner: Runner, start: Start, client: Client) -> bool:
     """The walls, after the Start; False (the Result says why) if they failed."""
-    failure = _confine(args.confine)
+    failure = _confine(args.confine) if args.confine else _scope()
     if failure is None:
         return True
     # The program must not run without its walls.

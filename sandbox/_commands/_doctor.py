@@ -227,6 +227,16 @@ def _survivors(level_value: str, cgroups_ok: bool) -> str:
     )
 
 
+def _outside(scope_gap: str | None) -> str:
+    """Whether the process level keeps a run's signals and traces in (its Landlock scope)."""
+    if scope_gap is None:
+        return "yes (Landlock's signal scope)"
+    return (
+        f"no ({scope_gap}): the program can signal and trace every process of its user, "
+        "the host's included, as at confined it cannot"
+    )
+
+
 def doctor(as_json: bool) -> int:
     """Print the report (as JSON with ``as_json``); the exit code (always 0)."""
     from runner import probe_walls
@@ -236,6 +246,8 @@ def doctor(as_json: bool) -> int:
 
     walls = probe_walls()
     namespaces = walls.namespaces
+    # The process level's wall: where the kernel cannot scope signals, why not.
+    scope_gap = walls.signal_scope
     # A bad SANDBOX_CGROUP fails every run that needs the host's cgroups: said, not raised.
     h: Hierarchy | None
     try:
@@ -288,6 +300,11 @@ def doctor(as_json: bool) -> int:
                         if level is not Level.IN_PROCESS
                         else {}
                     ),
+                    **(
+                        {"no_signal_or_trace_outside": True if scope_gap is None else scope_gap}
+                        if level is Level.PROCESS
+                        else {}
+                    ),
                 }
                 for level in Level
             },
@@ -317,6 +334,8 @@ def doctor(as_json: bool) -> int:
             print(f"  a host uid of its own per run: {yes(own_uid)}")
         if level is not Level.IN_PROCESS:
             print(f"  no survivors, by {_survivors(level.value, cgroups_ok)}")
+        if level is Level.PROCESS:
+            print(f"  no signal or trace to a process outside the run: {_outside(scope_gap)}")
         for item, reason in gaps.items():
             print(f"  refuses {item}: {reason}")
         for item, reason in weaker.items():

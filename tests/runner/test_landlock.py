@@ -548,3 +548,99 @@ def test_an_unavailable_landlock_raises_a_clear_oserror() -> None:
     assert results["errno"] in ("EOPNOTSUPP", "ENOTSUP")
     assert "unavailable" in results["message"]
     assert "(test)" in results["message"]
+
+
+@needs_abi(_landlock.SCOPE_ABI, "signal scoping")
+def test_scope_signals_keeps_signals_and_tracing_inside_and_files_as_they_were(
+    tree: Tree,
+) -> None:
+    """After scope_signals() (the ``process`` level's wall), neither a signal, by any of the
+    calls that send one, nor a trace (``ptrace``, ``/proc/<pid>/mem``, ``process_vm_readv``)
+    reaches the test process; the child still signals itself and its own children, and
+    reads and writes files as before."""
+    host = os.getpid()
+    body = f"""
+    os.setsid()  # as a runner is: out of the test's process group
+    attempt("before", os.kill, {host}, 0)
+    RESULTS["abi"] = _landlock.scope_signals()
+    attempt("nnp", no_new_privs)
+    attempt("kill", os.kill, {host}, 0)
+    attempt("killpg", os.killpg, os.getpgid({host}), 0)
+    pidfd = os.pidfd_open({host})
+    attempt("pidfd_send_signal", signal.pidfd_send_signal, pidfd, 0)
+    proc_dir = os.open("/proc/{host}", os.O_RDONLY | os.O_DIRECTORY)
+    attempt("proc_dir_send_signal", signal.pidfd_send_signal, proc_dir, 0)
+    attempt("mem", read, "/proc/{host}/mem")
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def process_vm_readv():
+        buffer = ctypes.create_string_buffer(8)
+        local = (ctypes.c_void_p * 2)(ctypes.addressof(buffer), 8)
+        remote = (ctypes.c_void_p * 2)(4096, 8)
+        if libc.process_vm_readv({host}, local, 1, remote, 1, 0) < 0:
+            raise OSError(ctypes.get_errno(), "process_vm_readv")
+
+    attempt("process_vm_readv", process_vm_readv)
+
+    def ptrace_attach():
+        if libc.ptrace(16, {host}, 0, 0) != 0:  # PTRACE_ATTACH
+            raise OSError(ctypes.get_errno(), "ptrace")
+        libc.ptrace(17, {host}, 0, 0)  # PTRACE_DETACH
+
+    attempt("ptrace", ptrace_attach)
+    attempt("cmdline", lambda: read("/proc/{host}/cmdline") and "readable")
+    attempt("self", os.kill, os.getpid(), 0)
+    pid = os.fork()
+    if pid == 0:
+        signal.pause()
+        os._exit(0)
+    attempt("own_child", os.kill, pid, signal.SIGKILL)
+    RESULTS["own_child_status"] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    attempt("read", read, {str(tree.canary)!r})
+    attempt("write", create, {str(tree.rw / "after-scope.txt")!r})
+    """
+    results = run_child(body)
+    assert results["before"] == "ok"
+    assert results["abi"] == min(ABI, _landlock.KNOWN_ABI)
+    assert results["nnp"] == "1"
+    for name in (
+        "kill",
+        "killpg",
+        "pidfd_send_signal",
+        "proc_dir_send_signal",
+        "ptrace",
+        "process_vm_readv",
+    ):
+        assert results[name] == EPERM, name
+    assert results["mem"] in (EACCES, EPERM)
+    assert results["cmdline"] == "readable"  # what the process level does not hide
+    assert results["self"] == "ok"
+    assert results["own_child"] == "ok"
+    assert results["own_child_status"] == -9
+    assert results["read"] == "secret"
+    assert results["write"] == "ok"
+    assert (tree.rw / "after-scope.txt").read_text() == "new"
+
+
+def test_signal_scope_gap_names_what_the_kernel_lacks() -> None:
+    """signal_scope_gap() is None where scope_signals() can work; on a kernel without
+    Landlock or with an older ABI it says why, and scope_signals() raises EOPNOTSUPP with
+    that reason, changing nothing."""
+    assert (_landlock.signal_scope_gap() is None) == (ABI >= _landlock.SCOPE_ABI)
+    body = """
+    for abi in (0, 5):
+        _landlock._probe = lambda abi=abi: (abi, "no Landlock (test)" if not abi else "")
+        RESULTS[f"gap{abi}"] = _landlock.signal_scope_gap()
+        try:
+            _landlock.scope_signals()
+        except OSError as exc:
+            RESULTS[f"errno{abi}"] = errno.errorcode[exc.errno]
+    attempt("nnp", no_new_privs)
+    """
+    results = run_child(body)
+    assert results["gap0"] == "no Landlock (test)"
+    assert "ABI 5" in results["gap5"]
+    assert "ABI 6" in results["gap5"]
+    assert results["errno0"] in ("EOPNOTSUPP", "ENOTSUP")
+    assert results["errno5"] in ("EOPNOTSUPP", "ENOTSUP")
+    assert results["nnp"] == "0"

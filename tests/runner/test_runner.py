@@ -16,7 +16,8 @@ import time
 import anyio
 import pytest
 
-from protocol import Kind, Result, Starter
+from protocol import Kind, Result, RunnerExit, Starter
+from runner._landlock import signal_scope_gap
 
 from .helpers import (
     MSGSPEC_DIR,
@@ -332,3 +333,57 @@ async def test_the_runner_lingers_after_its_result_until_the_start_channel_close
         child.start.close()
         status, _, _ = child.finish(timeout=20)
     assert status == 0
+
+
+def _with_scope(raised: str) -> list[str]:
+    """The runner's command, with :func:`runner._landlock.scope_signals` made to raise
+    ``raised`` (a Python expression) instead of putting up the process level's wall."""
+    patch = (
+        f"import sys; sys.path[:0] = [{str(ROOT)!r}, {MSGSPEC_DIR!r}]; "
+        "import errno, runner._landlock as landlock\n"
+        f"def refuse():\n    raise {raised}\n"
+        "landlock.scope_signals = refuse\n"
+        "from runner._main import main; main()"
+    )
+    return [sys.executable, "-I", "-S", "-c", patch]
+
+
+async def test_a_runner_without_confine_scopes_its_signals() -> None:
+    """A runner without ``--confine`` (the process level) cannot signal its parent, where
+    the kernel scopes signals; where it cannot, nothing changed."""
+    program = f"""
+import os
+try:
+    os.kill({os.getpid()}, 0)
+    outcome = "ok"
+except OSError as exc:
+    outcome = type(exc).__name__
+outcome
+"""
+    run = await run_program(program)
+    assert run.value == ("ok" if signal_scope_gap() else "PermissionError")
+
+
+async def test_a_kernel_without_the_scope_runs_the_program_as_before() -> None:
+    """Where scoping signals is not supported (EOPNOTSUPP), the program runs unscoped: the
+    host's probe, not the run, says that the wall is missing."""
+    command = _with_scope("OSError(errno.EOPNOTSUPP, 'no scope here (test)')")
+    run = await run_program(f"import os\nos.kill({os.getpid()}, 0)\n'signalled'", command=command)
+    assert run.value == "signalled"
+    assert run.status == 0
+
+
+@pytest.mark.parametrize(
+    "raised", ["OSError(errno.EPERM, 'refused (test)')", "RuntimeError('threads (test)')"]
+)
+async def test_a_wall_that_fails_to_go_up_fails_the_run_before_the_program(raised: str) -> None:
+    """Where the kernel has the scope but putting it up fails, the program does not run: the
+    Result says why (kind ``denied``), and the runner exits with NOT_CONFINED."""
+    command = _with_scope(raised)
+    run = await run_program("print('the program ran')\n1", command=command)
+    assert not run.result.ok
+    assert run.result.kind is Kind.DENIED
+    assert "walls could not be put up" in run.result.error
+    assert "(test)" in run.result.error
+    assert "the program ran" not in run.stdout
+    assert run.status == RunnerExit.NOT_CONFINED

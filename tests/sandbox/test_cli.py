@@ -14,6 +14,7 @@ import pytest
 
 import sandbox
 from examples import tools as example_tools
+from runner._landlock import signal_scope_gap
 from sandbox import Budget, RunResult
 from sandbox._commands._main import _parser, main
 from sandbox._commands._options import BUDGET_OPTIONS, budget_from
@@ -515,6 +516,15 @@ def test_doctor_json_says_true_for_available() -> None:
     assert probes
     assert all(p is True or (isinstance(p, str) and p) for p in probes), probes
     assert report["levels"]["process"]["available"] is True
+    # The process level's wall: true where this kernel scopes signals, else the reason.
+    gap = signal_scope_gap()
+    outside = report["levels"]["process"]["no_signal_or_trace_outside"]
+    assert outside == (True if gap is None else gap)
+    assert "no_signal_or_trace_outside" not in report["levels"]["confined"]
+    text = cli("doctor")
+    assert text.returncode == 0, text.stderr
+    line = "no signal or trace to a process outside the run: "
+    assert line + ("yes" if gap is None else f"no ({gap})") in text.stdout
     confined = report["levels"]["confined"]
     assert confined["available"] is (confined["missing_walls"] == {})
 

@@ -1,0 +1,204 @@
+"""The ``process`` level's wall, attacked: no signal or trace from a run reaches a process
+outside it (the host, its zygote and keeper, any other process of the user), by any of the
+calls that send one, while the run still signals and traces its own processes.
+
+The program of a ``process`` run is the host's own user: without the wall, ``os.kill(-1,
+9)`` would end every process that user has (as root, every process of the machine but
+init). The wall is a Landlock domain that scopes signals (ABI 6, Linux 6.12); where the
+kernel has none, the level does not claim it (``sandbox doctor`` says so) and these tests
+check that the host's probe says why, instead of attacking.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import psutil
+import pytest
+
+import sandbox
+from runner._landlock import signal_scope_gap
+from sandbox import Budget, Level, RunResult
+from sandbox._children import _supervisor
+from tests.host import skipif_host_cannot
+
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.usefixtures("spawn"),
+    skipif_host_cannot(
+        signal_scope_gap() is not None,
+        f"scope a run's signals with Landlock: {signal_scope_gap()}",
+    ),
+]
+
+
+async def run(program: str) -> RunResult:
+    result = await sandbox.run(
+        program, level=Level.PROCESS, budget=Budget(wall_clock=30.0), tools=[]
+    )
+    assert result.ok, result.error
+    return result
+
+
+def attempts(targets: dict[str, int]) -> str:
+    """A program that sends signal 0 to each target pid by every call that sends one, and
+    returns what each call did: ``"ok"``, or the exception's name."""
+    return f"""
+import os, signal
+def attempt(call, *args):
+    try:
+        call(*args)
+    except OSError as exc:
+        return type(exc).__name__
+    return "ok"
+def by_proc_dir(pid):
+    fd = os.open(f"/proc/{{pid}}", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        signal.pidfd_send_signal(fd, 0)
+    finally:
+        os.close(fd)
+def by_pidfd(pid):
+    fd = os.pidfd_open(pid)
+    try:
+        signal.pidfd_send_signal(fd, 0)
+    finally:
+        os.close(fd)
+outcome = {{}}
+for name, pid in {targets!r}.items():
+    outcome[name] = [
+        attempt(os.kill, pid, 0),
+        attempt(os.killpg, os.getpgid(pid), 0),
+        attempt(by_pidfd, pid),
+        attempt(by_proc_dir, pid),
+    ]
+outcome
+"""
+
+
+@pytest.fixture
+def bystander() -> Iterator[subprocess.Popen[bytes]]:
+    """Another process of the host's user, outside every run."""
+    proc = subprocess.Popen(
+        [sys.executable, "-I", "-S", "-c", "import time; time.sleep(120)"],
+        start_new_session=True,
+    )
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+async def test_no_process_outside_the_run_can_be_signalled(
+    bystander: subprocess.Popen[bytes],
+) -> None:
+    """The host, its zygote and keeper, and another process of the user: every call that
+    sends a signal fails with PermissionError, though each of them is there to be seen."""
+    await run("1")  # the zygote (where the run comes from one) is up
+    targets = {"host": os.getpid(), "bystander": bystander.pid}
+    zygote = _supervisor.zygote_pid()
+    assert zygote is not None
+    targets["zygote"], targets["keeper"] = zygote, psutil.Process(zygote).ppid()
+    result = await run(attempts(targets))
+    refused = ["PermissionError"] * 4
+    assert result.value == dict.fromkeys(targets, refused)
+    assert bystander.poll() is None
+
+
+async def test_kill_minus_one_reaches_the_run_alone(bystander: subprocess.Popen[bytes]) -> None:
+    """``os.kill(-1, SIGTERM)`` ends the run's own process and nothing else. (The program
+    sends it only once it has seen the host refuse a signal: were the wall down, it would
+    end every process of the user.)"""
+    program = f"""
+import os, signal, subprocess, sys
+try:
+    os.kill({os.getpid()}, 0)
+    walled = False
+except PermissionError:
+    walled = True
+status = None
+if walled:
+    child = subprocess.Popen([sys.executable, "-I", "-S", "-c", "import time; time.sleep(60)"])
+    os.kill(-1, signal.SIGTERM)
+    status = child.wait(timeout=20)
+[walled, status]
+"""
+    result = await run(program)
+    assert result.value == [True, -signal.SIGTERM]
+    assert bystander.poll() is None
+
+
+async def test_the_run_still_signals_and_traces_its_own() -> None:
+    """Within the run nothing changed: the program signals itself and its children, ends a
+    child it started, and traces a child it forked."""
+    program = """
+import ctypes, os, signal, subprocess, sys, time
+got = []
+signal.signal(signal.SIGUSR1, lambda *_: got.append("usr1"))
+os.kill(os.getpid(), signal.SIGUSR1)
+child = subprocess.Popen([sys.executable, "-I", "-S", "-c", "import time; time.sleep(60)"])
+child.terminate()
+ended = child.wait(timeout=20)
+libc = ctypes.CDLL(None, use_errno=True)
+pid = os.fork()
+if pid == 0:
+    time.sleep(60)
+    os._exit(0)
+traced = libc.ptrace(16, pid, 0, 0) == 0  # PTRACE_ATTACH
+os.waitpid(pid, 0)  # stopped by the attach
+os.kill(pid, signal.SIGKILL)
+libc.ptrace(17, pid, 0, 0)  # PTRACE_DETACH
+os.waitpid(pid, 0)
+[got, ended, traced]
+"""
+    result = await run(program)
+    assert result.value == [["usr1"], -signal.SIGTERM, True]
+
+
+async def test_the_host_cannot_be_traced() -> None:
+    """``ptrace``, ``/proc/<host>/mem`` and ``process_vm_readv`` on the host all fail. (The
+    program tries them only once it has seen the host refuse a signal: were the wall down,
+    attaching would stop the test's own process.)"""
+    host = os.getpid()
+    program = f"""
+import ctypes, os
+try:
+    os.kill({host}, 0)
+    raise SystemExit("the wall is down: the host took a signal")
+except PermissionError:
+    pass
+libc = ctypes.CDLL(None, use_errno=True)
+def attempt(call):
+    try:
+        call()
+    except OSError as exc:
+        return type(exc).__name__
+    return "ok"
+def ptrace():
+    if libc.ptrace(16, {host}, 0, 0) != 0:  # PTRACE_ATTACH
+        raise OSError(ctypes.get_errno(), "ptrace")
+    libc.ptrace(17, {host}, 0, 0)
+def mem():
+    with open("/proc/{host}/mem", "rb") as f:
+        f.read(1)
+def vm_readv():
+    buffer = ctypes.create_string_buffer(8)
+    local = (ctypes.c_void_p * 2)(ctypes.addressof(buffer), 8)
+    remote = (ctypes.c_void_p * 2)(4096, 8)
+    if libc.process_vm_readv({host}, local, 1, remote, 1, 0) < 0:
+        raise OSError(ctypes.get_errno(), "process_vm_readv")
+[attempt(ptrace), attempt(mem), attempt(vm_readv)]
+"""
+    result = await run(program)
+    assert result.value == ["PermissionError"] * 3
+
+
+async def test_the_program_cannot_gain_privileges() -> None:
+    """no_new_privs is set (the wall needs it): an executable's set-user-id bit or file
+    capabilities give the program nothing."""
+    result = await run("int(open('/proc/self/status').read().split('NoNewPrivs:')[1].split()[0])")
+    assert result.value == 1
