@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 
 from runner import _landlock
+from tests.attacks import OWN_CHILD, tracing
 from tests.executables import EXIT_CODE, exit_probe, needs_x86_64
 from tests.host import skipif_host_cannot
 
@@ -454,14 +455,8 @@ def test_signals_to_processes_outside_the_domain_are_denied(tree: Tree) -> None:
     restrict()
     attempt("outside_after", os.kill, {os.getpid()}, 0)
     attempt("outside_term", os.kill, {os.getpid()}, signal.SIGTERM)
-    attempt("self", os.kill, os.getpid(), 0)
-    pid = os.fork()
-    if pid == 0:
-        signal.pause()
-        os._exit(0)
-    attempt("own_child", os.kill, pid, signal.SIGKILL)
-    RESULTS["own_child_status"] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
     """
+    body = textwrap.dedent(body) + OWN_CHILD
     results = run_child(body, read_only=tree.read_only, read_write=tree.read_write)
     assert results["outside_before"] == "ok"
     assert results["outside_after"] == EPERM
@@ -570,35 +565,14 @@ def test_scope_signals_keeps_signals_and_tracing_inside_and_files_as_they_were(
     attempt("pidfd_send_signal", signal.pidfd_send_signal, pidfd, 0)
     proc_dir = os.open("/proc/{host}", os.O_RDONLY | os.O_DIRECTORY)
     attempt("proc_dir_send_signal", signal.pidfd_send_signal, proc_dir, 0)
-    attempt("mem", read, "/proc/{host}/mem")
-    libc = ctypes.CDLL(None, use_errno=True)
-
-    def process_vm_readv():
-        buffer = ctypes.create_string_buffer(8)
-        local = (ctypes.c_void_p * 2)(ctypes.addressof(buffer), 8)
-        remote = (ctypes.c_void_p * 2)(4096, 8)
-        if libc.process_vm_readv({host}, local, 1, remote, 1, 0) < 0:
-            raise OSError(ctypes.get_errno(), "process_vm_readv")
-
+    attempt("mem", read_mem)
     attempt("process_vm_readv", process_vm_readv)
-
-    def ptrace_attach():
-        if libc.ptrace(16, {host}, 0, 0) != 0:  # PTRACE_ATTACH
-            raise OSError(ctypes.get_errno(), "ptrace")
-        libc.ptrace(17, {host}, 0, 0)  # PTRACE_DETACH
-
     attempt("ptrace", ptrace_attach)
     attempt("cmdline", lambda: read("/proc/{host}/cmdline") and "readable")
-    attempt("self", os.kill, os.getpid(), 0)
-    pid = os.fork()
-    if pid == 0:
-        signal.pause()
-        os._exit(0)
-    attempt("own_child", os.kill, pid, signal.SIGKILL)
-    RESULTS["own_child_status"] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
     attempt("read", read, {str(tree.canary)!r})
     attempt("write", create, {str(tree.rw / "after-scope.txt")!r})
     """
+    body = tracing(host) + textwrap.dedent(body) + OWN_CHILD
     results = run_child(body)
     assert results["before"] == "ok"
     assert results["abi"] == min(ABI, _landlock.KNOWN_ABI)

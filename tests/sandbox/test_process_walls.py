@@ -24,6 +24,7 @@ import sandbox
 from runner._landlock import signal_scope_gap
 from sandbox import Budget, Level, RunResult
 from sandbox._children import _supervisor
+from tests.attacks import tracing
 from tests.host import skipif_host_cannot
 
 pytestmark = [
@@ -165,33 +166,20 @@ async def test_the_host_cannot_be_traced() -> None:
     attaching would stop the test's own process.)"""
     host = os.getpid()
     program = f"""
-import ctypes, os
+import os
 try:
     os.kill({host}, 0)
     raise SystemExit("the wall is down: the host took a signal")
 except PermissionError:
     pass
-libc = ctypes.CDLL(None, use_errno=True)
+{tracing(host)}
 def attempt(call):
     try:
         call()
     except OSError as exc:
         return type(exc).__name__
     return "ok"
-def ptrace():
-    if libc.ptrace(16, {host}, 0, 0) != 0:  # PTRACE_ATTACH
-        raise OSError(ctypes.get_errno(), "ptrace")
-    libc.ptrace(17, {host}, 0, 0)
-def mem():
-    with open("/proc/{host}/mem", "rb") as f:
-        f.read(1)
-def vm_readv():
-    buffer = ctypes.create_string_buffer(8)
-    local = (ctypes.c_void_p * 2)(ctypes.addressof(buffer), 8)
-    remote = (ctypes.c_void_p * 2)(4096, 8)
-    if libc.process_vm_readv({host}, local, 1, remote, 1, 0) < 0:
-        raise OSError(ctypes.get_errno(), "process_vm_readv")
-[attempt(ptrace), attempt(mem), attempt(vm_readv)]
+[attempt(ptrace_attach), attempt(read_mem), attempt(process_vm_readv)]
 """
     result = await run(program)
     assert result.value == ["PermissionError"] * 3
