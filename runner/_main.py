@@ -18,10 +18,12 @@ Start-up imports the standard library and msgspec only (and the child side of
 anyio, no trio, and not even :mod:`argparse` (the command line is parsed by hand).
 
 Options: ``--confine JSON`` puts up the confined level's walls (:mod:`runner._confine`);
-without it, the runner puts up the ``process`` level's one, where the kernel has it: a
+without it, the runner puts up the ``process`` level's, where the kernel has them: a
 Landlock domain that keeps the run from signalling or tracing any process outside it
-(:func:`runner._landlock.scope_signals`). ``--ready FD`` makes the runner put them up
-*before* it reads its Start and then write :data:`READY_OK` to ``FD`` (or
+(:func:`runner._landlock.scope_signals`), and a seccomp filter that keeps it from changing
+another process's limits, scheduling or priority
+(:func:`runner._seccomp.install_process_filter`). ``--ready FD`` makes the runner put them
+up *before* it reads its Start and then write :data:`READY_OK` to ``FD`` (or
 :data:`READY_FAILED` and the reason), so that the host can set the run's limits on the
 runner's final process before it sends anything of the run; ``--supervised`` means the
 runner's parent is the zygote (:mod:`runner._zygote`): no ``PR_SET_PDEATHSIG`` (the zygote
@@ -495,20 +497,22 @@ def _confine(
 
 
 def _scope() -> str | None:
-    """The ``process`` level's wall: no signal or trace from the run reaches a process outside
-    it (:func:`runner._landlock.scope_signals`). None when it is up, or when this kernel has
-    no such scope (the host's probe says so: :func:`runner._landlock.signal_scope_gap`); else
-    why it could not be put up."""
+    """The ``process`` level's walls: no signal or trace from the run reaches a process
+    outside it (:func:`runner._landlock.scope_signals`), and no change to another process's
+    limits, scheduling or priority (:func:`runner._seccomp.install_process_filter`). None
+    when they are up, or where this kernel has neither (the host's probe says so:
+    :class:`runner.Walls`); else why one could not be put up."""
     from ._landlock import scope_signals
+    from ._seccomp import install_process_filter
 
-    try:
-        scope_signals()
-    except OSError as exc:
-        if exc.errno == errno.EOPNOTSUPP:
-            return None
-        return f"the sandbox's walls could not be put up: {exc}"
-    except RuntimeError as exc:
-        return f"the sandbox's walls could not be put up: {exc}"
+    for wall in (scope_signals, install_process_filter):
+        try:
+            wall()
+        except OSError as exc:
+            if exc.errno != errno.EOPNOTSUPP:  # (ENOTSUP: the same number on Linux)
+                return f"the sandbox's walls could not be put up: {exc}"
+        except RuntimeError as exc:
+            return f"the sandbox's walls could not be put up: {exc}"
     return None
 
 

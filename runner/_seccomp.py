@@ -1,4 +1,5 @@
-"""A seccomp-BPF allow list for the ``confined`` level: the system calls a Python program makes.
+"""A seccomp-BPF allow list for the ``confined`` level: the system calls a Python program makes;
+and, for the ``process`` level, a filter that keeps a program's hands off other processes.
 
 Theory of operation
 ===================
@@ -114,6 +115,18 @@ nothing without ``CAP_NET_ADMIN``. Every other family (``AF_VSOCK``, which no na
 covers and which reaches the hypervisor; ``AF_PACKET``, ``AF_ALG``, ``AF_BLUETOOTH``...)
 and every other netlink protocol is refused.
 
+The ``process`` level's filter
+------------------------------
+At ``process`` the program runs as the host's own user, in the host's namespaces, and every
+call is allowed (:func:`build_process_filter`) but the ones that change another process's
+resource limits, scheduling or priority, which the kernel lets a process do to any other of
+its user (root: to any): :data:`OTHERS`. Each is allowed on the caller itself (pid 0; for
+``setpriority`` and ``ioprio_set``, the caller or its process group, which is the run's)
+and answers ``EPERM`` otherwise: a program cannot set the host's ``RLIMIT_NOFILE`` to 0, nor
+make it ``SCHED_IDLE`` and starve it. Signals and tracing are Landlock's business there
+(:func:`runner._landlock.scope_signals`). A foreign architecture or the x32 ABI kills the
+process, as in the ``confined`` filter: the numbers checked would not be these calls.
+
 Invariants upheld (DESIGN.md, "sandbox: the host", ``confined``): a seccomp filter and
 no_new_privs. The filter applies to every thread of the process (``SECCOMP_FILTER_FLAG_TSYNC``)
 and is inherited across ``fork`` and ``execve``; it can never be removed, only added to. The
@@ -143,12 +156,15 @@ __all__ = [
     "ARCHITECTURES",
     "CHECKED",
     "FALLBACK",
+    "OTHERS",
     "REFUSED",
     "Check",
     "Compare",
     "allowed_names",
     "build_filter",
+    "build_process_filter",
     "install",
+    "install_process_filter",
     "max_number",
     "supported",
     "syscall_names",
@@ -759,6 +775,32 @@ _AARCH64_TABLE: Final = """
 282 userfaultfd membarrier mlock2 copy_file_range preadv2 pwritev2 pkey_mprotect pkey_alloc
 290 pkey_free statx io_pgetevents rseq kexec_file_load
 """
+_PRIO_USER: Final = 2  # setpriority's ``which``: every process of a user
+_IOPRIO_WHO_USER: Final = 3  # ioprio_set's ``which``: the same
+
+
+def _self_only(rule: str) -> Check:
+    """A check that allows the call on the caller itself (its first argument, a pid, is 0)."""
+    return Check(rule, (Compare(0, "eq", 0, _ALLOW),), _EPERM)
+
+
+def _self_or_group(rule: str, user: int) -> Check:
+    """A check of ``(which, who)``: the caller or its process group (``who`` 0), not a user."""
+    return Check(rule, (Compare(0, "eq", user, _EPERM), Compare(1, "eq", 0, _ALLOW)), _EPERM)
+
+
+#: The ``process`` level's filter (:func:`build_process_filter`): the calls that act on
+#: another process's limits, scheduling or priority, each allowed on the caller only.
+OTHERS: Final[Mapping[str, Check]] = {
+    "prlimit64": _self_only("resource limits: the caller's own (another's can end it)"),
+    "sched_setaffinity": _self_only("CPU affinity: the caller's own"),
+    "sched_setscheduler": _self_only("scheduling policy: the caller's own (SCHED_IDLE starves)"),
+    "sched_setparam": _self_only("scheduling priority: the caller's own"),
+    "sched_setattr": _self_only("scheduling attributes: the caller's own"),
+    "setpriority": _self_or_group("nice value: the caller or its process group", _PRIO_USER),
+    "ioprio_set": _self_or_group("I/O priority: the caller or its process group", _IOPRIO_WHO_USER),
+}
+
 _UNIFIED_TABLE: Final = """
 424 pidfd_send_signal io_uring_setup io_uring_enter io_uring_register open_tree move_mount
 430 fsopen fsconfig fsmount fspick pidfd_open clone3 close_range openat2 pidfd_getfd
@@ -881,6 +923,33 @@ def build_filter(arch: str) -> bytes:
     """
     arch = _canonical(arch)
     asm = _Assembler()
+    _native_only(asm, arch)
+    _search(asm, _intervals(arch))
+    _checks(asm, arch, CHECKED)
+    return asm.assemble()
+
+
+@functools.cache
+def build_process_filter(arch: str) -> bytes:
+    """The ``process`` level's filter for ``arch``: every call allowed but :data:`OTHERS`,
+    which are checked (see the module docstring). Pure, and cached, as :func:`build_filter`.
+
+    Raises:
+        ValueError: ``arch`` is not supported.
+    """
+    arch = _canonical(arch)
+    asm = _Assembler()
+    _native_only(asm, arch)
+    for name in sorted(OTHERS):
+        if name in _TABLES[arch]:
+            asm.jump(_BPF_JEQ_K, _TABLES[arch][name], jt=f"check {name}")
+    asm.ret(_ALLOW)
+    _checks(asm, arch, OTHERS)
+    return asm.assemble()
+
+
+def _native_only(asm: _Assembler, arch: str) -> None:
+    """Kill a call made with another calling convention than ``arch``'s; leave ``nr`` loaded."""
     asm.load(_DATA_ARCH)
     asm.jump(_BPF_JEQ_K, _AUDIT_ARCH[arch], jt="arch ok")
     asm.ret(_SECCOMP_RET_KILL_PROCESS)
@@ -890,8 +959,11 @@ def build_filter(arch: str) -> bytes:
         asm.jump(_BPF_JGE_K, _X32_SYSCALL_BIT, jf="native")
         asm.ret(_SECCOMP_RET_KILL_PROCESS)
         asm.label("native")
-    _search(asm, _intervals(arch))
-    for name, check in sorted(CHECKED.items()):
+
+
+def _checks(asm: _Assembler, arch: str, checks: Mapping[str, Check]) -> None:
+    """The argument check of each call of ``checks`` that ``arch`` has, at its label."""
+    for name, check in sorted(checks.items()):
         if name not in _TABLES[arch]:
             continue
         asm.label(f"check {name}")
@@ -908,7 +980,6 @@ def build_filter(arch: str) -> bytes:
                 asm.jump(code, compare.k, jt=0, jf=1)
             asm.ret(compare.verdict)
         asm.ret(check.otherwise)
-    return asm.assemble()
 
 
 def _verdicts(arch: str) -> dict[int, int | str]:
@@ -1023,7 +1094,25 @@ def install(arch: str | None = None) -> None:
     host = _host_arch()
     if arch is not None and _canonical(arch) != host:
         raise ValueError(f"seccomp: cannot install a filter for {arch!r} on a {host} host")
-    program = build_filter(host)
+    _install(host, build_filter(host))
+
+
+def install_process_filter() -> None:
+    """Set no_new_privs and install the ``process`` level's filter
+    (:func:`build_process_filter`) on every thread of this process. Irreversible.
+
+    Raises:
+        OSError: as :func:`install` (``ENOTSUP`` where this host has no seccomp filters).
+    """
+    reason = supported()
+    if reason is not None:
+        raise OSError(errno.ENOTSUP, f"seccomp: {reason}")
+    host = _host_arch()
+    _install(host, build_process_filter(host))
+
+
+def _install(host: str, program: bytes) -> None:
+    """Set no_new_privs and install ``program`` on every thread (see :func:`install`)."""
     libc = _libc()
     if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         raise _os_error("prctl(PR_SET_NO_NEW_PRIVS)")

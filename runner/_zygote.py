@@ -846,6 +846,10 @@ def _prepare() -> None:
 
         _libc.libc()
         _namespaces._libc()
+    with contextlib.suppress(OSError, ValueError):
+        from . import _seccomp
+
+        _seccomp.build_process_filter(os.uname().machine)  # the process level's, built once
     # Once everything is imported: the runner's code and modules name the confined view's
     # paths, in every child (runner._relocate); then the warm-up.
     _relocate.relocate()

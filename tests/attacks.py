@@ -3,7 +3,7 @@ defines raises OSError where the attack is refused."""
 
 from __future__ import annotations
 
-__all__ = ["OWN_CHILD", "tracing"]
+__all__ = ["ATTEMPT", "OWN_CHILD", "tracing"]
 
 
 def tracing(pid: int) -> str:
@@ -38,4 +38,15 @@ if pid == 0:
     os._exit(0)
 attempt("own_child", os.kill, pid, signal.SIGKILL)
 RESULTS["own_child_status"] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+"""
+
+
+#: ``attempt(call, *args)``: what ``call(*args)`` did, ``"ok"`` or its OSError's class name.
+ATTEMPT = """
+def attempt(call, *args):
+    try:
+        call(*args)
+    except OSError as exc:
+        return type(exc).__name__
+    return "ok"
 """

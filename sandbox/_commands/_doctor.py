@@ -237,6 +237,13 @@ def _outside(scope_gap: str | None) -> str:
     )
 
 
+def _others(seccomp_gap: str | None) -> str:
+    """Whether the process level keeps a run off other processes' limits and scheduling."""
+    if seccomp_gap is None:
+        return "yes (a seccomp filter)"
+    return f"no ({seccomp_gap}): the program can change them for every process of its user"
+
+
 def doctor(as_json: bool) -> int:
     """Print the report (as JSON with ``as_json``); the exit code (always 0)."""
     from runner import probe_walls
@@ -301,7 +308,12 @@ def doctor(as_json: bool) -> int:
                         else {}
                     ),
                     **(
-                        {"no_signal_or_trace_outside": True if scope_gap is None else scope_gap}
+                        {
+                            "no_signal_or_trace_outside": True if scope_gap is None else scope_gap,
+                            "no_change_to_other_processes": (
+                                True if walls.seccomp is None else walls.seccomp
+                            ),
+                        }
                         if level is Level.PROCESS
                         else {}
                     ),
@@ -336,6 +348,10 @@ def doctor(as_json: bool) -> int:
             print(f"  no survivors, by {_survivors(level.value, cgroups_ok)}")
         if level is Level.PROCESS:
             print(f"  no signal or trace to a process outside the run: {_outside(scope_gap)}")
+            print(
+                "  no change to another process's limits, scheduling or priority: "
+                + _others(walls.seccomp)
+            )
         for item, reason in gaps.items():
             print(f"  refuses {item}: {reason}")
         for item, reason in weaker.items():

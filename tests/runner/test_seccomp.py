@@ -13,6 +13,7 @@ tests/sandbox/test_seccomp_confined.py. Nothing here measures speed.
 
 from __future__ import annotations
 
+import ast
 import errno
 import os
 import re
@@ -877,3 +878,108 @@ def test_install_refuses_an_unsupported_host() -> None:
     print("Seccomp:\\t0" in open("/proc/self/status").read())
     """
     assert output(body, install=False).splitlines() == ["ENOTSUP True", "True"]
+
+
+# ---------------------------------------------------------------------------------------
+# The process level's filter
+
+#: The process level's checked calls, reviewed: each is allowed on the caller only.
+REVIEWED_OTHERS = """
+    ioprio_set prlimit64 sched_setaffinity sched_setattr sched_setparam sched_setscheduler
+    setpriority
+"""
+PRIO_PROCESS, PRIO_PGRP, PRIO_USER = 0, 1, 2
+IOPRIO_WHO_PROCESS, IOPRIO_WHO_PGRP, IOPRIO_WHO_USER = 1, 2, 3
+
+
+def test_the_process_filters_checked_calls_are_the_reviewed_ones() -> None:
+    assert set(_seccomp.OTHERS) == set(REVIEWED_OTHERS.split())
+
+
+@pytest.mark.parametrize("arch", _seccomp.ARCHITECTURES)
+def test_the_process_filter_allows_every_call_but_on_another_process(arch: str) -> None:
+    """Every call is allowed, whatever its arguments, but the :data:`OTHERS` calls, which
+    are allowed on the caller (pid 0, or for setpriority and ioprio_set the caller or its
+    process group) and refused with EPERM on any other process, group or user; a foreign
+    calling convention kills, as in the confined filter."""
+    program = _seccomp.build_process_filter(arch)
+    assert program == _seccomp.build_process_filter(arch)
+    audit = AUDIT_ARCH[arch]
+    checked = numbers(arch, set(_seccomp.OTHERS))
+    for nr in range(_seccomp.max_number(arch) + 2):
+        if nr not in checked:
+            for args in ARG_PATTERNS:
+                assert emulate(program, arch=audit, nr=nr, args=args) == ALLOW, (nr, args)
+    for name in ("prlimit64", "sched_setaffinity", "sched_setscheduler", "sched_setparam"):
+        nr = number(arch, name)
+        assert emulate(program, arch=audit, nr=nr, args=[0, 7, 7]) == ALLOW, name
+        assert emulate(program, arch=audit, nr=nr, args=[HIGH, 7, 7]) == ALLOW, name
+        for pid in (1, 4242, 2**32 - 1):  # any other process (and -1)
+            assert emulate(program, arch=audit, nr=nr, args=[pid, 7, 7]) == RET_EPERM, name
+    nr = number(arch, "sched_setattr")
+    assert emulate(program, arch=audit, nr=nr, args=[0, 7, 0]) == ALLOW
+    assert emulate(program, arch=audit, nr=nr, args=[4242, 7, 0]) == RET_EPERM
+    for name, (own, group, user) in {
+        "setpriority": (PRIO_PROCESS, PRIO_PGRP, PRIO_USER),
+        "ioprio_set": (IOPRIO_WHO_PROCESS, IOPRIO_WHO_PGRP, IOPRIO_WHO_USER),
+    }.items():
+        nr = number(arch, name)
+        for which in (own, group):
+            assert emulate(program, arch=audit, nr=nr, args=[which, 0, 5]) == ALLOW, name
+            assert emulate(program, arch=audit, nr=nr, args=[which, 4242, 5]) == RET_EPERM
+        for who in (0, 4242):  # a user: every process of it, whoever it is
+            assert emulate(program, arch=audit, nr=nr, args=[user, who, 5]) == RET_EPERM
+    assert emulate(program, arch=AUDIT_ARCH_ARM, nr=0) == KILL_PROCESS
+    if arch == "x86_64":
+        assert emulate(program, arch=audit, nr=0x40000000 | 2) == KILL_PROCESS
+
+
+@needs_seccomp
+def test_the_process_filter_keeps_another_process_as_it_was() -> None:
+    """Installed in a child: the test process's limits, affinity, scheduling and priority
+    cannot be changed (EPERM, even to what they are), nor every process of the user
+    reniced; the child's own can, and the rest of what it does (files, sockets, a fork)
+    works as before. Without the filter the same calls go through."""
+    host = os.getpid()
+    body = f"""
+    import resource, socket
+    host = {host}
+    def attempt(call):
+        try:
+            call()
+        except OSError as exc:
+            return errno.errorcode[exc.errno]
+        return "ok"
+    nofile = resource.prlimit(0, resource.RLIMIT_NOFILE)
+    if {{install}}:
+        _seccomp.install_process_filter()
+    out = {{}}
+    out["prlimit"] = attempt(lambda: resource.prlimit(host, resource.RLIMIT_NOFILE))
+    out["affinity"] = attempt(lambda: os.sched_setaffinity(host, os.sched_getaffinity(host)))
+    param = os.sched_param(0)
+    out["scheduler"] = attempt(lambda: os.sched_setscheduler(host, os.SCHED_OTHER, param))
+    out["param"] = attempt(lambda: os.sched_setparam(host, param))
+    nice = os.getpriority(os.PRIO_PROCESS, host)
+    out["setpriority"] = attempt(lambda: os.setpriority(os.PRIO_PROCESS, host, nice))
+    out["own_prlimit"] = attempt(lambda: resource.setrlimit(resource.RLIMIT_NOFILE, nofile))
+    out["own_affinity"] = attempt(lambda: os.sched_setaffinity(0, os.sched_getaffinity(0)))
+    out["own_nice"] = attempt(lambda: os.nice(1))
+    out["own_group"] = attempt(lambda: os.setpriority(os.PRIO_PGRP, 0, 2))
+    out["file"] = attempt(lambda: open("/dev/null", "w").close())
+    out["socket"] = attempt(lambda: socket.socketpair()[0].close())
+    pid = os.fork()
+    if pid == 0:
+        os._exit(7)
+    out["fork"] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    print(out)
+    """
+    others = ("prlimit", "affinity", "scheduler", "param", "setpriority")
+    own = ("own_prlimit", "own_affinity", "own_nice", "own_group", "file", "socket")
+    filtered = ast.literal_eval(output(body.replace("{install}", "True"), install=False))
+    assert {name: filtered[name] for name in others} == dict.fromkeys(others, "EPERM")
+    assert {name: filtered[name] for name in own} == dict.fromkeys(own, "ok")
+    assert filtered["fork"] == 7
+    # The control: the same child without the filter changes the test process (to what
+    # it was), so EPERM above is the filter's.
+    bare = ast.literal_eval(output(body.replace("{install}", "False"), install=False))
+    assert {name: bare[name] for name in others} == dict.fromkeys(others, "ok")

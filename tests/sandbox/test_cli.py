@@ -521,10 +521,14 @@ def test_doctor_json_says_true_for_available() -> None:
     outside = report["levels"]["process"]["no_signal_or_trace_outside"]
     assert outside == (True if gap is None else gap)
     assert "no_signal_or_trace_outside" not in report["levels"]["confined"]
+    others = report["levels"]["process"]["no_change_to_other_processes"]
+    assert others == report["seccomp"]  # the same probe: true, or why not
     text = cli("doctor")
     assert text.returncode == 0, text.stderr
     line = "no signal or trace to a process outside the run: "
     assert line + ("yes" if gap is None else f"no ({gap})") in text.stdout
+    line = "no change to another process's limits, scheduling or priority: "
+    assert line + ("yes" if others is True else f"no ({others})") in text.stdout
     confined = report["levels"]["confined"]
     assert confined["available"] is (confined["missing_walls"] == {})
 

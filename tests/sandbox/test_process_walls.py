@@ -24,7 +24,7 @@ import sandbox
 from runner._landlock import signal_scope_gap
 from sandbox import Budget, Level, RunResult
 from sandbox._children import _supervisor
-from tests.attacks import tracing
+from tests.attacks import ATTEMPT, tracing
 from tests.host import skipif_host_cannot
 
 pytestmark = [
@@ -50,12 +50,7 @@ def attempts(targets: dict[str, int]) -> str:
     returns what each call did: ``"ok"``, or the exception's name."""
     return f"""
 import os, signal
-def attempt(call, *args):
-    try:
-        call(*args)
-    except OSError as exc:
-        return type(exc).__name__
-    return "ok"
+{ATTEMPT}
 def by_proc_dir(pid):
     fd = os.open(f"/proc/{{pid}}", os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -173,12 +168,7 @@ try:
 except PermissionError:
     pass
 {tracing(host)}
-def attempt(call):
-    try:
-        call()
-    except OSError as exc:
-        return type(exc).__name__
-    return "ok"
+{ATTEMPT}
 [attempt(ptrace_attach), attempt(read_mem), attempt(process_vm_readv)]
 """
     result = await run(program)
@@ -190,3 +180,50 @@ async def test_the_program_cannot_gain_privileges() -> None:
     capabilities give the program nothing."""
     result = await run("int(open('/proc/self/status').read().split('NoNewPrivs:')[1].split()[0])")
     assert result.value == 1
+
+
+async def test_no_process_outside_the_run_has_its_limits_or_scheduling_changed(
+    bystander: subprocess.Popen[bytes],
+) -> None:
+    """The host and another process of the user: their resource limits cannot even be read
+    (``prlimit`` needs the right to change them), and their affinity, scheduling policy and
+    nice value cannot be set, not even to what they are; nor can every process of the user
+    be reniced. The run's own can. (Each change to one process would set what is already
+    there, and the program renices the user's processes only once it has seen the host
+    refused: were the wall down, nothing would have changed.)"""
+    await run("1")
+    zygote = _supervisor.zygote_pid()
+    assert zygote is not None
+    targets = {"host": os.getpid(), "bystander": bystander.pid, "zygote": zygote}
+    program = f"""
+import os, resource
+{ATTEMPT}
+outcome = {{}}
+for name, pid in {targets!r}.items():
+    nice = os.getpriority(os.PRIO_PROCESS, pid)
+    outcome[name] = [
+        attempt(lambda: resource.prlimit(pid, resource.RLIMIT_NOFILE)),
+        attempt(lambda: os.sched_setaffinity(pid, os.sched_getaffinity(pid))),
+        attempt(lambda: os.sched_setscheduler(pid, os.SCHED_OTHER, os.sched_param(0))),
+        attempt(lambda: os.setpriority(os.PRIO_PROCESS, pid, nice)),
+    ]
+# Every process of the user, reniced: tried only where the host refused all the above.
+walled = outcome["host"] == ["PermissionError"] * 4
+renice_all = lambda: os.setpriority(os.PRIO_USER, os.getuid(), 0)
+outcome["user"] = attempt(renice_all) if walled else "down"
+nofile = resource.getrlimit(resource.RLIMIT_NOFILE)
+outcome["own"] = [
+    attempt(lambda: resource.setrlimit(resource.RLIMIT_NOFILE, nofile)),
+    attempt(lambda: os.sched_setaffinity(0, os.sched_getaffinity(0))),
+    attempt(lambda: os.nice(1)),
+]
+outcome
+"""
+    result = await run(program)
+    refused = ["PermissionError"] * 4
+    assert result.value == {
+        **dict.fromkeys(targets, refused),
+        "user": "PermissionError",
+        "own": ["ok"] * 3,
+    }
+    assert bystander.poll() is None
