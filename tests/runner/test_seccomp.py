@@ -943,6 +943,7 @@ def test_the_process_filter_keeps_another_process_as_it_was() -> None:
     host = os.getpid()
     body = f"""
     import resource, socket
+    os.setsid()  # as a runner is: its process group is its own, not the test's
     host = {host}
     def attempt(call):
         try:
