@@ -21,7 +21,7 @@ Options: ``--confine JSON`` puts up the confined level's walls (:mod:`runner._co
 without it, the runner puts up the ``process`` level's, where the kernel has them: a
 Landlock domain that keeps the run from signalling or tracing any process outside it
 (:func:`runner._landlock.scope_signals`), and a seccomp filter that keeps it from changing
-another process's limits, scheduling or priority
+another process's limits, scheduling or priority, or the machine
 (:func:`runner._seccomp.install_process_filter`). ``--ready FD`` makes the runner put them
 up *before* it reads its Start and then write :data:`READY_OK` to ``FD`` (or
 :data:`READY_FAILED` and the reason), so that the host can set the run's limits on the
@@ -499,7 +499,8 @@ def _confine(
 def _scope() -> str | None:
     """The ``process`` level's walls: no signal or trace from the run reaches a process
     outside it (:func:`runner._landlock.scope_signals`), and no change to another process's
-    limits, scheduling or priority (:func:`runner._seccomp.install_process_filter`). None
+    limits, scheduling or priority, nor to the machine
+    (:func:`runner._seccomp.install_process_filter`). None
     when they are up, or where this kernel has neither (the host's probe says so:
     :class:`runner.Walls`); else why one could not be put up."""
     from ._landlock import scope_signals

@@ -123,7 +123,10 @@ resource limits, scheduling or priority, which the kernel lets a process do to a
 its user (root: to any): :data:`OTHERS`. Each is allowed on the caller itself (pid 0; for
 ``setpriority`` and ``ioprio_set``, the caller or its process group, which is the run's)
 and answers ``EPERM`` otherwise: a program cannot set the host's ``RLIMIT_NOFILE`` to 0, nor
-make it ``SCHED_IDLE`` and starve it. Signals and tracing are Landlock's business there
+make it ``SCHED_IDLE`` and starve it. The calls that act on the whole machine
+(:data:`MACHINE`: reboot, modules, the clock, the host's name, mounts) answer ``EPERM``
+whoever calls them: a program that runs as root at ``process`` keeps root's capabilities
+otherwise. Signals and tracing are Landlock's business there
 (:func:`runner._landlock.scope_signals`). A foreign architecture or the x32 ABI kills the
 process, as in the ``confined`` filter: the numbers checked would not be these calls.
 
@@ -156,6 +159,7 @@ __all__ = [
     "ARCHITECTURES",
     "CHECKED",
     "FALLBACK",
+    "MACHINE",
     "OTHERS",
     "REFUSED",
     "Check",
@@ -775,6 +779,46 @@ _AARCH64_TABLE: Final = """
 282 userfaultfd membarrier mlock2 copy_file_range preadv2 pwritev2 pkey_mprotect pkey_alloc
 290 pkey_free statx io_pgetevents rseq kexec_file_load
 """
+#: The ``process`` level's filter refuses these with ``EPERM`` whatever the caller's
+#: capabilities: they act on the whole machine, and a program that runs as root at
+#: ``process`` has root's (it could reboot the machine, replace its kernel, load a module,
+#: set its clock, rename it, or mount over the host's files). Each is in :data:`REFUSED`
+#: too, for the reason given there; to a caller without the capability, the kernel answers
+#: ``EPERM`` anyway.
+MACHINE: Final = (
+    "reboot",
+    "kexec_load",
+    "kexec_file_load",
+    "init_module",
+    "finit_module",
+    "delete_module",
+    "swapon",
+    "swapoff",
+    "acct",
+    "quotactl",
+    "quotactl_fd",
+    "syslog",
+    "iopl",
+    "ioperm",
+    "clock_settime",
+    "settimeofday",
+    "adjtimex",
+    "clock_adjtime",
+    "sethostname",
+    "setdomainname",
+    "mount",
+    "umount2",
+    "pivot_root",
+    "open_tree",
+    "open_tree_attr",
+    "move_mount",
+    "fsopen",
+    "fsconfig",
+    "fsmount",
+    "fspick",
+    "mount_setattr",
+)
+
 _PRIO_USER: Final = 2  # setpriority's ``which``: every process of a user
 _IOPRIO_WHO_USER: Final = 3  # ioprio_set's ``which``: the same
 
@@ -932,7 +976,8 @@ def build_filter(arch: str) -> bytes:
 @functools.cache
 def build_process_filter(arch: str) -> bytes:
     """The ``process`` level's filter for ``arch``: every call allowed but :data:`OTHERS`,
-    which are checked (see the module docstring). Pure, and cached, as :func:`build_filter`.
+    which are checked, and :data:`MACHINE`, refused (see the module docstring). Pure, and
+    cached, as :func:`build_filter`.
 
     Raises:
         ValueError: ``arch`` is not supported.
@@ -943,7 +988,12 @@ def build_process_filter(arch: str) -> bytes:
     for name in sorted(OTHERS):
         if name in _TABLES[arch]:
             asm.jump(_BPF_JEQ_K, _TABLES[arch][name], jt=f"check {name}")
+    for name in MACHINE:
+        if name in _TABLES[arch]:
+            asm.jump(_BPF_JEQ_K, _TABLES[arch][name], jt="machine")
     asm.ret(_ALLOW)
+    asm.label("machine")
+    asm.ret(_EPERM)
     _checks(asm, arch, OTHERS)
     return asm.assemble()
 

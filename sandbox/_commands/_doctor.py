@@ -238,10 +238,14 @@ def _outside(scope_gap: str | None) -> str:
 
 
 def _others(seccomp_gap: str | None) -> str:
-    """Whether the process level keeps a run off other processes' limits and scheduling."""
+    """Whether the process level keeps a run off other processes' limits and scheduling,
+    and off the calls that act on the whole machine."""
     if seccomp_gap is None:
         return "yes (a seccomp filter)"
-    return f"no ({seccomp_gap}): the program can change them for every process of its user"
+    return (
+        f"no ({seccomp_gap}): the program can change them for every process of its user, "
+        "and, running as root, reboot the machine"
+    )
 
 
 def doctor(as_json: bool) -> int:
@@ -349,8 +353,8 @@ def doctor(as_json: bool) -> int:
         if level is Level.PROCESS:
             print(f"  no signal or trace to a process outside the run: {_outside(scope_gap)}")
             print(
-                "  no change to another process's limits, scheduling or priority: "
-                + _others(walls.seccomp)
+                "  no change to another process's limits, scheduling or priority, nor to "
+                "the machine: " + _others(walls.seccomp)
             )
         for item, reason in gaps.items():
             print(f"  refuses {item}: {reason}")

@@ -892,24 +892,38 @@ PRIO_PROCESS, PRIO_PGRP, PRIO_USER = 0, 1, 2
 IOPRIO_WHO_PROCESS, IOPRIO_WHO_PGRP, IOPRIO_WHO_USER = 1, 2, 3
 
 
+#: The calls the process level refuses outright, reviewed: they act on the whole machine.
+REVIEWED_MACHINE = """
+    reboot kexec_load kexec_file_load init_module finit_module delete_module swapon swapoff
+    acct quotactl quotactl_fd syslog iopl ioperm clock_settime settimeofday adjtimex
+    clock_adjtime sethostname setdomainname mount umount2 pivot_root open_tree open_tree_attr
+    move_mount fsopen fsconfig fsmount fspick mount_setattr
+"""
+
+
 def test_the_process_filters_checked_calls_are_the_reviewed_ones() -> None:
     assert set(_seccomp.OTHERS) == set(REVIEWED_OTHERS.split())
+    assert set(_seccomp.MACHINE) == set(REVIEWED_MACHINE.split())
+    assert set(_seccomp.MACHINE) <= {name for name, _ in _seccomp.REFUSED}
 
 
 @pytest.mark.parametrize("arch", _seccomp.ARCHITECTURES)
 def test_the_process_filter_allows_every_call_but_on_another_process(arch: str) -> None:
-    """Every call is allowed, whatever its arguments, but the :data:`OTHERS` calls, which
-    are allowed on the caller (pid 0, or for setpriority and ioprio_set the caller or its
-    process group) and refused with EPERM on any other process, group or user; a foreign
-    calling convention kills, as in the confined filter."""
+    """Every call is allowed, whatever its arguments, but the :data:`MACHINE` calls, always
+    refused with EPERM, and the :data:`OTHERS` calls, which are allowed on the caller (pid
+    0, or for setpriority and ioprio_set the caller or its process group) and refused with
+    EPERM on any other process, group or user; a foreign calling convention kills, as in
+    the confined filter."""
     program = _seccomp.build_process_filter(arch)
     assert program == _seccomp.build_process_filter(arch)
     audit = AUDIT_ARCH[arch]
     checked = numbers(arch, set(_seccomp.OTHERS))
+    machine = numbers(arch, set(_seccomp.MACHINE))
     for nr in range(_seccomp.max_number(arch) + 2):
         if nr not in checked:
+            verdict = RET_EPERM if nr in machine else ALLOW
             for args in ARG_PATTERNS:
-                assert emulate(program, arch=audit, nr=nr, args=args) == ALLOW, (nr, args)
+                assert emulate(program, arch=audit, nr=nr, args=args) == verdict, (nr, args)
     for name in ("prlimit64", "sched_setaffinity", "sched_setscheduler", "sched_setparam"):
         nr = number(arch, name)
         assert emulate(program, arch=audit, nr=nr, args=[0, 7, 7]) == ALLOW, name
@@ -984,3 +998,37 @@ def test_the_process_filter_keeps_another_process_as_it_was() -> None:
     # it was), so EPERM above is the filter's.
     bare = ast.literal_eval(output(body.replace("{install}", "False"), install=False))
     assert {name: bare[name] for name in others} == dict.fromkeys(others, "ok")
+
+
+@needs_seccomp
+def test_the_process_filter_keeps_the_machine_as_it_was() -> None:
+    """Installed in a child: the calls that act on the whole machine answer EPERM, however
+    they are made, whoever makes them. Without the filter, a root child gets past the
+    capability check to an answer that changes nothing (reboot with a wrong magic number,
+    a mount on a path that does not exist, the hostname set to itself, a module from no
+    memory, the clock set to nothing); an ordinary user's child gets EPERM from the kernel
+    there too, so only as root does the control show the filter's work."""
+    body = """
+    import socket
+    name = socket.gethostname().encode()
+    out = {
+        "reboot": call("reboot", 0, 0, 0, None),
+        "mount": call("mount", b"none", MISSING, b"tmpfs", 0, None),
+        "sethostname": call("sethostname", name, len(name)),
+        "init_module": call("init_module", None, 0, b""),
+        "settimeofday": call("settimeofday", None, None),
+    }
+    print(out)
+    """
+    filtered = ast.literal_eval(
+        output("_seccomp.install_process_filter()\n" + textwrap.dedent(body), install=False)
+    )
+    assert filtered == dict.fromkeys(filtered, "EPERM")
+    if os.geteuid() == 0:
+        bare = ast.literal_eval(output(body, install=False))
+        assert bare["reboot"] == "EINVAL"
+        assert bare["mount"] == "ENOENT"
+        assert bare["sethostname"] == "ok"
+        # (ENOSYS: a kernel built without modules, as this VM's is.)
+        assert bare["init_module"] in ("EFAULT", "EINVAL", "ENOEXEC", "ENOSYS")
+        assert bare["settimeofday"] == "ok"

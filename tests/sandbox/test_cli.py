@@ -527,7 +527,7 @@ def test_doctor_json_says_true_for_available() -> None:
     assert text.returncode == 0, text.stderr
     line = "no signal or trace to a process outside the run: "
     assert line + ("yes" if gap is None else f"no ({gap})") in text.stdout
-    line = "no change to another process's limits, scheduling or priority: "
+    line = "no change to another process's limits, scheduling or priority, nor to the machine: "
     assert line + ("yes" if others is True else f"no ({others})") in text.stdout
     confined = report["levels"]["confined"]
     assert confined["available"] is (confined["missing_walls"] == {})

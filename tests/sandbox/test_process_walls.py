@@ -22,6 +22,7 @@ import pytest
 
 import sandbox
 from runner._landlock import signal_scope_gap
+from runner._seccomp import syscall_number
 from sandbox import Budget, Level, RunResult
 from sandbox._children import _supervisor
 from tests.attacks import ATTEMPT, tracing
@@ -227,3 +228,31 @@ outcome
         "own": ["ok"] * 3,
     }
     assert bystander.poll() is None
+
+
+async def test_the_machine_is_out_of_reach() -> None:
+    """Whoever the program is (root too, on a root host), the calls that act on the whole
+    machine answer EPERM: reboot, a mount, the hostname, the clock. (Each probe would
+    change nothing were it let through: a wrong magic number, a path that does not exist,
+    the name and the clock set to nothing new.)"""
+    arch = os.uname().machine
+    nr = {name: syscall_number(arch, name) for name in ("reboot", "mount", "settimeofday")}
+    program = f"""
+import ctypes, os, socket
+{ATTEMPT}
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+def syscall(nr, *args):
+    if libc.syscall(ctypes.c_long(nr), *args) != 0:
+        raise OSError(ctypes.get_errno(), "refused")
+name = socket.gethostname()
+[
+    attempt(syscall, {nr["reboot"]}, ctypes.c_long(0), ctypes.c_long(0), ctypes.c_long(0), None),
+    attempt(syscall, {nr["mount"]}, b"none", b"/nonexistent-sandbox-walls", b"tmpfs",
+            ctypes.c_long(0), None),
+    attempt(socket.sethostname, name),
+    attempt(syscall, {nr["settimeofday"]}, None, None),
+]
+"""
+    result = await run(program)
+    assert result.value == ["PermissionError"] * 4
