@@ -813,18 +813,24 @@ def _latency_ratios(cell: dict[str, Any], bare: dict[str, Any]) -> dict[str, Any
 # -- 2. sustained throughput --------------------------------------------------------------
 
 
-def _standing() -> dict[tuple[int, float], dict[str, Any]]:
+def _standing(attempts: int = 3) -> dict[tuple[int, float], dict[str, Any]]:
     """The zygote's keeper and every process under it now, by (pid, start time): each
-    one's role and its CPU seconds, its own and its reaped children's."""
+    one's role and its CPU seconds, its own and its reaped children's. Listing the tree
+    can fail while its processes come and go (a pool refilling, runs ending): it is tried
+    again, ``attempts`` times in all, before nothing is returned."""
     zpid = sandbox._children._supervisor.zygote_pid()
     if zpid is None:
         return {}
-    try:
-        zygote = psutil.Process(zpid)
-        keeper = zygote.parent()
-        top = keeper if keeper is not None and keeper.pid != os.getpid() else zygote
-        procs = [top, *top.children(recursive=True)]
-    except psutil.Error:
+    for _ in range(attempts):
+        try:
+            zygote = psutil.Process(zpid)
+            keeper = zygote.parent()
+            top = keeper if keeper is not None and keeper.pid != os.getpid() else zygote
+            procs = [top, *top.children(recursive=True)]
+            break
+        except psutil.Error:
+            continue
+    else:
         return {}
     out: dict[tuple[int, float], dict[str, Any]] = {}
     for proc in procs:
@@ -1506,7 +1512,17 @@ def _sustained_targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
     total = cpu.get("total_per_run_ms")
     part = cpu.get("per_run_ms") or {}
     inside = cpu.get("runs_cgroup_per_run_ms")
-    if part:
+    standing = cpu.get("standing_processes")
+    if part and standing is not None and "zygote" not in standing:
+        # Without the zygote at both ends, its CPU and the runs' processes' outside their
+        # cgroups are missing: what was counted is less than a run costs.
+        detail = (
+            "not measured whole: the zygote was not found at both ends of the window, so "
+            "its CPU and the runs' processes' outside their cgroups are missing; counted: "
+            f"{_n(total)} ms per run over {cpu.get('runs')} runs"
+        )
+        total = None
+    elif part:
         detail = (
             f"per run, ms: this process {_n(part.get('host'))} + the runs' processes "
             f"{_n(part.get('runs_processes'))} (inside their cgroups up to the kill: "

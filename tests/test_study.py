@@ -7,6 +7,7 @@ Nothing here asserts on speed: only that every number is there and sane.
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -736,6 +737,56 @@ def test_cpu_per_run_takes_the_cgroups_when_the_reaping_was_not_seen() -> None:
     assert cpu["runs_outside_cgroup_per_run_ms"] is None
     assert cpu["total_per_run_ms"] == pytest.approx(21.0)
     assert study.cpu_per_run(_BEFORE, _AFTER, 0, 0.0, 0)["total_per_run_ms"] is None
+
+
+def test_cpu_per_run_without_the_zygote_at_both_ends_is_not_a_figure() -> None:
+    """Where the zygote was not found at both ends of the sustained confined pool's window
+    (the tree could not be listed, or the zygote was replaced), the CPU per run lacks its
+    part and the runs' processes' outside their cgroups: the target says so and counts as
+    not measured (a MISS), rather than passing on the part that was counted."""
+    doc = _hand_written_now()
+    no_zygote = _mark(10.5, 1.1, {})
+    cpu = study.cpu_per_run(_BEFORE, no_zygote, 100, 0.6, 0)
+    assert cpu["standing_processes"] == []
+    assert cpu["runs_source"] == "cgroups"
+    doc["sustained"]["cells"]["confined/pool"]["cpu"] = cpu
+    target = {t["id"]: t for t in study.evaluate_targets(doc)}["confined_cpu_per_run_ms"]
+    assert target["measured"] is None
+    assert target["verdict"] == "MISS"
+    assert target["detail"].startswith("not measured whole: the zygote was not found")
+    assert "counted: 10 ms per run over 100 runs" in target["detail"]
+    # A window with the zygote at both ends is whole, as before.
+    doc["sustained"]["cells"]["confined/pool"]["cpu"] = study.cpu_per_run(
+        _BEFORE, _AFTER, 100, 0.6, 0
+    )
+    target = {t["id"]: t for t in study.evaluate_targets(doc)}["confined_cpu_per_run_ms"]
+    assert target["measured"] == pytest.approx(15.0)
+
+
+def test_standing_lists_the_tree_again_when_it_changed_under_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A listing that fails while the zygote's tree changes is tried again; one that keeps
+    failing gives nothing (and the CPU target then says it was not measured whole)."""
+    import psutil
+
+    import sandbox
+
+    failures = [2]
+    real = psutil.Process.parent
+
+    def flaky(self: psutil.Process) -> psutil.Process | None:
+        if failures[0]:
+            failures[0] -= 1
+            raise psutil.NoSuchProcess(self.pid)
+        return real(self)
+
+    monkeypatch.setattr(sandbox._children._supervisor, "zygote_pid", os.getpid)
+    monkeypatch.setattr(psutil.Process, "parent", flaky)
+    found = study._standing()
+    assert [v["role"] for v in found.values()].count("zygote") == 1
+    failures[0] = 3
+    assert study._standing() == {}
 
 
 def test_the_raw_pipe_moves_1mib_from_a_second_process() -> None:
