@@ -851,28 +851,11 @@ def _prepare() -> None:
 
         _seccomp.build_process_filter(os.uname().machine)  # the process level's, built once
     # Once everything is imported: the runner's code and modules name the confined view's
-    # paths, in every child (runner._relocate); then the warm-up.
+    # paths, in every child (runner._relocate); then the warm-up (of a program that awaits
+    # too: asyncio is loaded), whose first run's writes land in the zygote's own pages.
     _relocate.relocate()
     backend.prepare()
     _main.keep_prepared(DEFAULT_BACKEND, backend)
-    _warm_asyncio()
-
-
-def _warm_asyncio() -> None:
-    """Run an event loop once, here: the first run of :mod:`asyncio`'s code writes to its
-    pages (the interpreter specializes what it runs), which a program that awaits would
-    otherwise copy in its own child. The loop is closed and the policy dropped again, so
-    that a child finds :mod:`asyncio` as if it had never run (``get_event_loop`` at a
-    program's top level still makes a loop)."""
-    import asyncio
-
-    async def twice() -> None:
-        await asyncio.sleep(0)
-        await asyncio.gather(asyncio.sleep(0), asyncio.sleep(0))
-
-    with contextlib.suppress(Exception):
-        asyncio.run(twice())
-    asyncio.set_event_loop_policy(None)
 
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:

@@ -62,7 +62,15 @@ import sys
 import types
 from typing import TYPE_CHECKING, Final, NoReturn, final
 
-from protocol import CallError, Kind
+from protocol import (
+    VERSION,
+    CallError,
+    Client,
+    Kind,
+    Response,
+    StartBinding,
+    frame_message,
+)
 
 from .._host import Host
 from .._value import encode_json, encode_json_bytes
@@ -71,7 +79,7 @@ from . import VALUE_OUT_OF_MEMORY, Outcome
 if TYPE_CHECKING:
     import traceback
 
-    from protocol import Client, Start
+    from protocol import Start
 
 __all__ = ["PROGRAM_FILENAME", "PythonBackend"]
 
@@ -122,8 +130,9 @@ class PythonBackend:
 
     def prepare(self) -> None:
         """Give the program ``exit`` and ``quit``, which ``site`` (off in the runner) adds,
-        warm the path from source to value (:func:`_warm_up`), and find the interpreter's
-        real file while the host's view is still there.
+        warm the path from source to value, calls included (:func:`_warm_up`; with
+        :mod:`asyncio` loaded, the path of a program that awaits too), and find the
+        interpreter's real file while the host's view is still there.
 
         Nothing else to load: ast, linecache and types are loaded with the runner itself.
         """
@@ -189,24 +198,88 @@ class PythonBackend:
         sys.orig_argv = [sys.executable, *argv]
 
 
-def _warm_up() -> None:
-    """Take a small program from source to value once, before any Start.
+def _warm_up() -> list[Outcome | bytes]:
+    """Take small programs from source to value once, before any Start: one that calls a
+    tool, and, with :mod:`asyncio` loaded, one that awaits calls.
 
     A runner forked from the zygote shares its pages until it first writes to them, and
     the first run through the parser, the compiler, a new module and the JSON encoder
     writes to many (copies, first calls, caches): 0.25 ms of a trivial program's 0.43 ms
-    here (a page written first costs a fault and a copy, about 2 µs on this machine).
+    here (a page written first costs a fault and a copy, about 2 µs on this machine). So
+    does a program's first call (the tool's proxy, the client, the frames both ways) and
+    its first event loop (the policy, the selector and self-pipe, the loop's own objects,
+    its tasks, the loop closed): 1.3 ms and 300-350 faults of a program that awaits at
+    all, measured in a child of a zygote-like interpreter (after this, 0.28 ms and 7).
     Taken now, that cost is paid while the runner waits for its Start (a pool's runner,
-    before it is needed at all), not on the run's path. Nothing of it matters after: the
-    run's own program has a module of its own, and its source lines replace (or, under a
-    name of its own, sit beside) the lines left under ``<program>``.
+    before it is needed at all), not on the run's path. The price is the pages written,
+    private in every child forked ahead.
+
+    Nothing of it matters after: the calls went over a channel of their own, now closed;
+    the run's own program has a module of its own, and its source lines replace the lines
+    left under ``<program>``; asyncio is left as a fresh interpreter has it (a new policy
+    that has made no loop and has been told none: ``asyncio.run`` leaves its own told
+    "none", and ``get_event_loop`` outside a loop would then raise instead of making
+    one); no loop, selector, descriptor or thread is left (nothing here starts the
+    default executor). A cold runner, which has not imported asyncio, does not import it
+    for this: it would pay tens of milliseconds for programs that may never await.
+
+    Returns:
+        What each program came to (their values' JSON, unless one failed); none if there
+        was no room for the calls' channel (the warm-up is skipped, never the run).
     """
-    namespace = _new_main(Host.empty(), install=False).__dict__
-    # An import and a call, as most programs have: their first compile and run write to
-    # pages of their own (a trivial program's compile took 0.29 ms of the run's path with
-    # ``x = [1]`` alone here, 0.24 ms with these).
-    exec(compile_program("import sys\nx = [sys.maxsize.bit_length()]\nx"), namespace)
-    encode_json_bytes(namespace.get(_VALUE_NAME))
+    asyncio = sys.modules.get("asyncio")
+    ended: list[Outcome | bytes] = []
+    try:
+        loopback = _Loopback()
+    except OSError:  # no descriptors to spare: a warm-up is worth less than the run
+        return ended
+    with loopback as channel:
+        channel.answer("1")
+        ended.append(_execute(compile_program(_WARM_UP), channel.host, as_main=False))
+        if asyncio is not None:
+            channel.answer("2", "3")  # (both calls are sent before the loop reads)
+            code = compile_program(_AWAITING_WARM_UP)
+            ended.append(_execute(code, channel.host, as_main=False))
+            asyncio.set_event_loop_policy(asyncio.DefaultEventLoopPolicy())
+    return ended
+
+
+#: The warm-up programs (:func:`_warm_up`): an import and a call, as most programs have;
+#: a loop's life, a task, a host call awaited, two gathered.
+_WARM_UP: Final = "import sys\nx = [sys.maxsize.bit_length(), host.echo(1)]\nx"
+_AWAITING_WARM_UP: Final = (
+    "import asyncio\nawait asyncio.sleep(0)\nawait asyncio.gather(host.echo(2), host.echo(3))\n"
+)
+
+
+@final
+class _Loopback:
+    """A call channel that goes nowhere, for the warm-up: a host with one tool, ``echo``,
+    whose answers (the value ``1``) are written to its client before the calls are made.
+
+    A call that finds no answer ready would wait for ever, so each call's answer is
+    written first, by its id (:class:`~protocol.Client` numbers its calls from 1); an
+    answer the client reads for a call it has not made fails the call instead.
+    """
+
+    def __init__(self) -> None:
+        self._calls_read, calls_write = os.pipe()
+        answers_read, self._answers_write = os.pipe()
+        self._client = Client(answers_read, calls_write)
+        self.host = Host(self._client, (StartBinding(name="echo"),))
+
+    def answer(self, *call_ids: str) -> None:
+        for call_id in call_ids:
+            response = Response(v=VERSION, id=call_id, ok=True, value="1")
+            os.write(self._answers_write, frame_message(response))
+
+    def __enter__(self) -> _Loopback:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._client.close()
+        os.close(self._calls_read)
+        os.close(self._answers_write)
 
 
 @final

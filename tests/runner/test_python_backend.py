@@ -10,7 +10,7 @@ import pytest
 
 from protocol import CallError, Kind, Request, StartBinding
 
-from .helpers import run_program
+from .helpers import ROOT, run_program
 
 pytestmark = pytest.mark.anyio
 
@@ -321,3 +321,86 @@ async def test_the_warm_up_before_the_start_leaves_nothing_behind() -> None:
     )
     run = await run_program(program)
     assert run.value == [False, "import linecache, sys\n", True]
+
+
+#: Prepares a backend in a fresh interpreter, with asyncio imported first or not, and says
+#: what the program would find after: whether asyncio is loaded, the policy's state, the
+#: threads and descriptors, and what ``get_event_loop`` outside a loop gives.
+PREPARED = """
+import json, os, sys, threading, warnings
+if sys.argv[1] == "asyncio":
+    import asyncio
+fds = sorted(os.listdir("/proc/self/fd"))
+from runner._backends import python
+python.PythonBackend().prepare()
+report = {"asyncio": "asyncio" in sys.modules, "threads": threading.active_count(),
+          "fds_unchanged": sorted(os.listdir("/proc/self/fd")) == fds,
+          "again": [v.decode() if isinstance(v, bytes) else repr(v) for v in python._warm_up()]}
+if report["asyncio"]:
+    import asyncio
+    policy = asyncio.events._event_loop_policy
+    report["policy"] = type(policy).__name__
+    report["told"] = policy._local._set_called
+    warnings.simplefilter("ignore")  # (get_event_loop outside a loop is deprecated)
+    loop = asyncio.get_event_loop()
+    report["loop"] = loop.run_until_complete(asyncio.sleep(0, "slept"))
+    loop.close()
+print(json.dumps(report))
+"""
+
+
+@pytest.mark.parametrize("first", ["asyncio", "nothing"])
+def test_the_warm_up_of_a_program_that_awaits_needs_asyncio_loaded(first: str) -> None:
+    """``prepare`` runs a program that calls a tool (over a channel of its own) and, with
+    asyncio loaded (a template's), one that awaits calls, both to their values; it leaves
+    asyncio as a fresh interpreter has it: a new policy that was told no loop, so
+    ``get_event_loop`` still makes one; no thread, no descriptor left. Without asyncio (a
+    cold runner), ``prepare`` does not import it for a program that may never await."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", PREPARED, first],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    if first == "nothing":
+        assert report == {
+            "asyncio": False,
+            "threads": 1,
+            "fds_unchanged": True,
+            "again": ["[63,1]"],
+        }
+    else:
+        assert report == {
+            "asyncio": True,
+            "threads": 1,
+            "fds_unchanged": True,
+            "again": ["[63,1]", "[1,1]"],
+            "policy": "_UnixDefaultEventLoopPolicy",
+            "told": False,
+            "loop": "slept",
+        }
+
+
+def test_a_warm_up_without_descriptors_to_spare_is_skipped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No pipe for the warm-up's calls (``EMFILE``): ``prepare`` skips the warm-up and
+    raises nothing, so the runner still serves its run."""
+    import errno
+    import os
+
+    from runner._backends import python
+
+    def no_pipe() -> tuple[int, int]:
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    monkeypatch.setattr(os, "pipe", no_pipe)
+    assert python._warm_up() == []
+    python.PythonBackend().prepare()  # (raises nothing)

@@ -324,10 +324,11 @@ async def test_a_child_that_cannot_start_says_why(
 
 
 @pytest.mark.parametrize("level", child_levels())
-async def test_asyncio_in_a_child_is_as_new_after_the_zygotes_warm_up(level: Level) -> None:
+async def test_asyncio_in_a_child_is_as_new_after_the_warm_ups(level: Level) -> None:
     """The zygote runs an event loop once before it forks (its pages, not each child's,
-    take the first run's writes), then drops the loop and the policy: a program that asks
-    for the current loop outside one still gets a new one, as in a fresh interpreter."""
+    take the first run's writes), and a pool's child once more before it is ready; each
+    leaves a policy that has made no loop: a program that asks for the current loop
+    outside one still gets a new one, as in a fresh interpreter."""
     program = (
         "import asyncio, warnings\n"
         "warnings.simplefilter('ignore')  # (get_event_loop outside a loop is deprecated)\n"
