@@ -97,14 +97,16 @@ from protocol import (
     Result,
     Runner,
     RunnerExit,
+    Start,
+    StartBinding,
+    StartBudget,
+    StarterCore,
 )
 
 from ._backends import DEFAULT_BACKEND, VALUE_OUT_OF_MEMORY, Outcome, get_backend
 
 if TYPE_CHECKING:
     from _typeshed import ReadableBuffer
-
-    from protocol import Start
 
     from ._backends import Backend
 
@@ -679,6 +681,7 @@ def _load_backend(args: Arguments) -> Backend | None:
     if backend is not None:
         if args.warm_up:
             backend.prepare()
+            rehearse()
         return backend
     try:
         backend = get_backend(args.backend)
@@ -688,6 +691,54 @@ def _load_backend(args: Arguments) -> Backend | None:
         _ready(args.ready_fd, READY_FAILED + str(exc).encode())
         return None
     return backend
+
+
+def rehearse() -> bool:
+    """Go through a run's own steps once, on channels of nobody's, before any Start: read
+    and decode a Start, flush the program's streams, encode and write a Result.
+
+    The backend's warm-up takes a program from source to value; this takes the runner's
+    part around it. In a child of the zygote, those steps wrote first to pages shared with
+    it: 0.12 ms and about 35 faults of every run's path here, before this. Best effort:
+    a rehearsal that fails (no descriptors to spare, say) costs the run only that time.
+
+    Returns:
+        Whether it went through every step.
+    """
+    pipes: list[int] = []
+    try:
+        for _ in range(3):
+            pipes.extend(os.pipe())
+        start_read, start_write, result_read, result_write, calls_read, calls_write = pipes
+        runner = Runner(start_read, result_write)
+        client = Client(calls_read, calls_write)
+        pipes[:] = [start_write, result_read]  # (the runner and the client close theirs)
+        try:
+            os.write(start_write, StarterCore().send_start(_REHEARSAL))
+            start = runner.await_start(1.0)  # (it is there: no wait)
+            client.limit_inflight(start.budget.max_inflight)
+            _flush_stdio()
+            _send(runner, start, b"2", client)
+        finally:
+            client.close()
+            runner.close()
+    except (OSError, ProtocolError, TimeoutError):
+        return False
+    finally:
+        for fd in pipes:
+            os.close(fd)
+    return True
+
+
+#: The Start of :func:`rehearse`: a trivial program, one tool, a budget.
+_REHEARSAL: Final = Start(
+    v=VERSION,
+    program="1 + 1",
+    bindings=(StartBinding(name="echo", signature="echo(value)"),),
+    budget=StartBudget(wall_clock=1, max_calls=1, max_inflight=1),
+    result_id="0" * 32,
+    argv=("<program>",),
+)
 
 
 def _confine_before_start(args: Arguments) -> bool:

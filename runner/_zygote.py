@@ -856,6 +856,7 @@ def _prepare() -> None:
     _relocate.relocate()
     backend.prepare()
     _main.keep_prepared(DEFAULT_BACKEND, backend)
+    _main.rehearse()
 
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:

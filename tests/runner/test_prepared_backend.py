@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -44,9 +46,18 @@ def test_a_child_for_a_waiting_run_uses_it_as_it_is(template: _Counting) -> None
     assert template.prepared == 0
 
 
-def test_a_child_forked_ahead_prepares_it_again(template: _Counting) -> None:
+def test_a_child_forked_ahead_prepares_it_again(
+    template: _Counting, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rehearsed: list[bool] = []
+
+    def rehearse() -> bool:
+        rehearsed.append(True)
+        return True
+
+    monkeypatch.setattr(_main, "rehearse", rehearse)
     assert _main._load_backend(_arguments(warm_up=True)) is template
-    assert template.prepared == 1
+    assert (template.prepared, rehearsed) == (1, [True])
 
 
 def test_without_a_template_a_runner_builds_and_prepares_its_own() -> None:
@@ -55,3 +66,35 @@ def test_without_a_template_a_runner_builds_and_prepares_its_own() -> None:
     assert backend is not None
     assert type(backend).__name__ == "PythonBackend"
     assert backend._interpreter  # type: ignore[attr-defined]  # (prepare found it)
+
+
+def test_a_rehearsal_goes_through_a_run_and_leaves_nothing() -> None:
+    """``rehearse`` reads a Start and writes its Result on channels of its own, all the
+    way through, and leaves no descriptor and no thread behind."""
+    import threading
+
+    before = sorted(os.listdir("/proc/self/fd"))
+    assert _main.rehearse()
+    assert sorted(os.listdir("/proc/self/fd")) == before
+    assert threading.active_count() == 1
+
+
+def test_a_rehearsal_without_descriptors_to_spare_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No pipe to be had: the rehearsal is skipped (False), nothing raised, nothing left."""
+    real_pipe = os.pipe
+    made: list[int] = []
+
+    def one_pipe_only() -> tuple[int, int]:
+        if made:
+            raise OSError(errno.EMFILE, "Too many open files")
+        read, write = real_pipe()
+        made.extend((read, write))
+        return read, write
+
+    monkeypatch.setattr(os, "pipe", one_pipe_only)
+    assert not _main.rehearse()
+    for fd in made:
+        with pytest.raises(OSError):
+            os.fstat(fd)
