@@ -712,6 +712,7 @@ def _warm_runner(request: ForkRequest, arguments: list[str], job: _Job) -> _main
         pid_one=job.pid_one,
         net=job.net,
         warm_up=request.warm_up,
+        warm_await=request.warm_await,
     )
 
 
@@ -851,10 +852,11 @@ def _prepare() -> None:
 
         _seccomp.build_process_filter(os.uname().machine)  # the process level's, built once
     # Once everything is imported: the runner's code and modules name the confined view's
-    # paths, in every child (runner._relocate); then the warm-up (of a program that awaits
-    # too: asyncio is loaded), whose first run's writes land in the zygote's own pages.
+    # paths, in every child (runner._relocate); then the warm-ups (of a program that awaits
+    # too), whose first run's writes land in the zygote's own pages.
     _relocate.relocate()
     backend.prepare()
+    _main.prepare_awaiting(backend)
     _main.keep_prepared(DEFAULT_BACKEND, backend)
     _main.rehearse()
 

@@ -89,6 +89,11 @@ class Backend(Protocol):
         runners, which use the same backend, and a runner forked ahead of its run calls
         it again (for what its first run would write to pages it shares with the zygote):
         it must be safe to call more than once.
+
+        A backend may also have ``prepare_awaiting()``: the same, for what a program that
+        awaits needs besides (an event loop's first run, say), which costs a child memory
+        and time that a program that never awaits does not repay. The zygote calls it
+        once; a runner forked ahead calls it only if the host expects such programs.
         """
         ...
 

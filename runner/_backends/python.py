@@ -130,9 +130,8 @@ class PythonBackend:
 
     def prepare(self) -> None:
         """Give the program ``exit`` and ``quit``, which ``site`` (off in the runner) adds,
-        warm the path from source to value, calls included (:func:`_warm_up`; with
-        :mod:`asyncio` loaded, the path of a program that awaits too), and find the
-        interpreter's real file while the host's view is still there.
+        warm the path from source to value, a tool call included (:func:`_warm_up`), and
+        find the interpreter's real file while the host's view is still there.
 
         Nothing else to load: ast, linecache and types are loaded with the runner itself.
         """
@@ -142,6 +141,12 @@ class PythonBackend:
         _warm_up()
         if self._as_main and sys.executable:
             self._interpreter = os.path.realpath(sys.executable)
+
+    def prepare_awaiting(self) -> None:
+        """Warm the path of a program that awaits too (:func:`_warm_up_awaiting`): for a
+        template, and for a child forked ahead for programs that await. Imports
+        :mod:`asyncio` if it is not loaded yet."""
+        _warm_up_awaiting()
 
     def run(self, start: Start, client: Client) -> Outcome:
         """Run ``start.program`` with ``start.bindings`` as ``host``; never raises."""
@@ -199,56 +204,72 @@ class PythonBackend:
 
 
 def _warm_up() -> list[Outcome | bytes]:
-    """Take small programs from source to value once, before any Start: one that calls a
-    tool, and, with :mod:`asyncio` loaded, one that awaits calls.
+    """Take a small program that calls a tool from source to value once, before any Start.
 
     A runner forked from the zygote shares its pages until it first writes to them, and
     the first run through the parser, the compiler, a new module and the JSON encoder
     writes to many (copies, first calls, caches): 0.25 ms of a trivial program's 0.43 ms
     here (a page written first costs a fault and a copy, about 2 µs on this machine). So
-    does a program's first call (the tool's proxy, the client, the frames both ways) and
-    its first event loop (the policy, the selector and self-pipe, the loop's own objects,
-    its tasks, the loop closed): 1.3 ms and 300-350 faults of a program that awaits at
-    all, measured in a child of a zygote-like interpreter (after this, 0.28 ms and 7).
-    Taken now, that cost is paid while the runner waits for its Start (a pool's runner,
-    before it is needed at all), not on the run's path. The price is the pages written,
-    private in every child forked ahead.
+    does a program's first call: the tool's proxy, the client, the frames both ways. Taken
+    now, that cost is paid while the runner waits for its Start (a pool's runner, before
+    it is needed at all), not on the run's path; the price is the pages written, private
+    in every child forked ahead (about 0.15 MB for the call here).
 
-    Nothing of it matters after: the calls went over a channel of their own, now closed;
-    the run's own program has a module of its own, and its source lines replace the lines
-    left under ``<program>``; asyncio is left as a fresh interpreter has it (a new policy
-    that has made no loop and has been told none: ``asyncio.run`` leaves its own told
-    "none", and ``get_event_loop`` outside a loop would then raise instead of making
-    one); no loop, selector, descriptor or thread is left (nothing here starts the
-    default executor). A cold runner, which has not imported asyncio, does not import it
-    for this: it would pay tens of milliseconds for programs that may never await.
+    Nothing of it matters after: the call went over a channel of its own, now closed; the
+    run's own program has a module of its own, and its source lines replace the lines
+    left under ``<program>``.
 
     Returns:
-        What each program came to (their values' JSON, unless one failed); none if there
-        was no room for the calls' channel (the warm-up is skipped, never the run).
+        What the program came to (its value's JSON, unless it failed); nothing if there
+        was no room for the call's channel (the warm-up is skipped, never the run).
     """
-    asyncio = sys.modules.get("asyncio")
-    ended: list[Outcome | bytes] = []
-    try:
-        loopback = _Loopback()
-    except OSError:  # no descriptors to spare: a warm-up is worth less than the run
-        return ended
-    with loopback as channel:
-        channel.answer("1")
-        ended.append(_execute(compile_program(_WARM_UP), channel.host, as_main=False))
-        if asyncio is not None:
-            channel.answer("2", "3")  # (both calls are sent before the loop reads)
-            code = compile_program(_AWAITING_WARM_UP)
-            ended.append(_execute(code, channel.host, as_main=False))
-            asyncio.set_event_loop_policy(asyncio.DefaultEventLoopPolicy())
+    return _warm_up_with(_WARM_UP, "1")
+
+
+def _warm_up_awaiting() -> list[Outcome | bytes]:
+    """Take a small program that awaits calls from source to value once, the way a run's
+    is run (``asyncio.run``), before any Start; then leave :mod:`asyncio` as a fresh
+    interpreter has it.
+
+    A program's first event loop in a child of the zygote (the policy, the selector and
+    self-pipe, the loop's own objects, its tasks, the loop closed) wrote to 300-350 pages
+    shared with the zygote: 1.3 ms of a program that awaits at all, on the run's path,
+    measured in a child of a zygote-like interpreter (0.28 ms and 7 faults after this).
+    The price, where it is taken ahead: about 1.5 ms of CPU and 0.8 MB of private memory
+    per child here, so a pool takes it only in children it makes for programs that await
+    (``sandbox``'s pools decide; the zygote takes it once for all its children).
+
+    What the program finds after: a new policy that has made no loop and has been told
+    none (``asyncio.run`` leaves its own told "none", and ``get_event_loop`` outside a
+    loop would then raise instead of making one); no loop, no selector, no descriptor,
+    no thread (nothing here starts the default executor).
+
+    Returns:
+        As :func:`_warm_up`.
+    """
+    import asyncio
+
+    ended = _warm_up_with(_AWAITING_WARM_UP, "1", "2")  # (both sent before the loop reads)
+    asyncio.set_event_loop_policy(asyncio.DefaultEventLoopPolicy())
     return ended
 
 
-#: The warm-up programs (:func:`_warm_up`): an import and a call, as most programs have;
-#: a loop's life, a task, a host call awaited, two gathered.
+def _warm_up_with(program: str, *answers: str) -> list[Outcome | bytes]:
+    """Run ``program`` over a :class:`_Loopback` that has ``answers`` (call ids) ready."""
+    try:
+        loopback = _Loopback()
+    except OSError:  # no descriptors to spare: a warm-up is worth less than the run
+        return []
+    with loopback as channel:
+        channel.answer(*answers)
+        return [_execute(compile_program(program), channel.host, as_main=False)]
+
+
+#: The warm-up programs: an import and a call, as most programs have (:func:`_warm_up`);
+#: a loop's life, its tasks and two calls awaited together (:func:`_warm_up_awaiting`).
 _WARM_UP: Final = "import sys\nx = [sys.maxsize.bit_length(), host.echo(1)]\nx"
 _AWAITING_WARM_UP: Final = (
-    "import asyncio\nawait asyncio.sleep(0)\nawait asyncio.gather(host.echo(2), host.echo(3))\n"
+    "import asyncio\nawait asyncio.sleep(0)\nawait asyncio.gather(host.echo(1), host.echo(2))\n"
 )
 
 

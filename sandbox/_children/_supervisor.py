@@ -110,6 +110,21 @@ _READY_TIMEOUT: Final = 60.0
 #: reaped (a killed process is normally torn down in milliseconds).
 _CLEAR_DEADLINE: Final = 10.0
 
+#: For how many runs taking a pool's child of one kind a program that looks as if it
+#: awaits (:func:`looks_awaiting`) keeps the pool warming the children it makes for it
+#: (:attr:`protocol.ForkRequest.warm_await`).
+AWAIT_MEMORY: Final = 100
+
+
+def looks_awaiting(program: str) -> bool:
+    """Whether ``program`` may await: ``await`` or ``async`` anywhere in its text.
+
+    A guess, made without compiling it: a word in a string or a comment counts too. A
+    wrong guess costs a pool one warm-up it did not need, or a program its first event
+    loop on its path; never a run.
+    """
+    return "await" in program or "async" in program
+
 
 class Spawn(StrEnum):
     """How a run's child process is made (see the module docstring)."""
@@ -350,9 +365,12 @@ class Child:
         #: A pool's: asks for this child's replacement (without waiting), once the run ends.
         self.refill: Callable[[], None] | None = None
 
-    def request(self, *, mode: Spawn, start_timeout: float, ahead: bool) -> None:
+    def request(
+        self, *, mode: Spawn, start_timeout: float, ahead: bool, warm_await: bool = False
+    ) -> None:
         """Ask the zygote for the child (at most once, retried on a fresh zygote once);
-        ``ahead``: the child is forked ahead of its run (a pool's), not for a run waiting.
+        ``ahead``: the child is forked ahead of its run (a pool's), not for a run waiting;
+        ``warm_await`` (with ``ahead``): it warms up for a program that awaits too.
 
         Raises:
             SpawnFailed: no zygote would take the request.
@@ -370,6 +388,7 @@ class Child:
             linger=workspace.cgroups is None,
             argv=(sys.executable, "-I", "-S", "-c", *_RUNNER_BOOT),
             warm_up=ahead,
+            warm_await=ahead and warm_await,
         )
         for attempt in (1, 2):
             z = _zygote()
@@ -502,6 +521,13 @@ class Pool:
     empty cgroups each; an idle confined child on a root host holds its uid. They run
     nothing until a Start arrives. A confined child's file system has its size from birth:
     the pool keeps ``size`` children for each size runs have asked for.
+
+    Each child is warmed up for a program that calls tools before it says ready. Once a
+    program that looks as if it awaits (:func:`looks_awaiting`) has taken one, the
+    children the pool makes next are warmed up for such programs too (an event loop run
+    once: about 0.8 MB more per idle child and 1.5 ms of its CPU here, against 1 ms off
+    the path of each program that awaits), until :data:`AWAIT_MEMORY` runs in a row of
+    that kind of child have not looked so.
     """
 
     def __init__(self, size: int = 2) -> None:
@@ -514,10 +540,14 @@ class Pool:
         self._making = 0
         self._made = threading.Condition(self._lock)
         self._closed = False
+        # Runs that took a child, by kind; and how many had, at the last one whose
+        # program looked as if it awaits.
+        self._taken: dict[Kind, int] = {}
+        self._awaited_at: dict[Kind, int] = {}
         _pools.add(self)
 
     @staticmethod
-    def _make(kind: Kind, *, ahead: bool) -> Child:
+    def _make(kind: Kind, *, ahead: bool, warm_await: bool = False) -> Child:
         """One child for the pool (``ahead``), or for the run that found it empty (which
         waits for it: the child does not warm up first, see :attr:`ForkRequest.warm_up`).
 
@@ -526,23 +556,46 @@ class Pool:
         """
         confined, use_cgroups, disk_bytes = kind
         child = Child(confined=confined, use_cgroups=use_cgroups, disk_bytes=disk_bytes)
-        child.request(mode=Spawn.POOL, start_timeout=0, ahead=ahead)
+        child.request(mode=Spawn.POOL, start_timeout=0, ahead=ahead, warm_await=warm_await)
         return child
 
-    def take(
+    def warms_await(
         self, *, confined: bool, use_cgroups: bool, disk_bytes: int | None = DEFAULT_DISK_BYTES
+    ) -> bool:
+        """Whether the children made now of this kind are warmed up for programs that
+        await (see the class docstring)."""
+        kind = kind_of(confined, use_cgroups, disk_bytes)
+        with self._lock:
+            return self._warms_await(kind)
+
+    def _warms_await(self, kind: Kind) -> bool:
+        at = self._awaited_at.get(kind)
+        return at is not None and self._taken.get(kind, 0) - at < AWAIT_MEMORY
+
+    def take(
+        self,
+        *,
+        confined: bool,
+        use_cgroups: bool,
+        disk_bytes: int | None = DEFAULT_DISK_BYTES,
+        awaits: bool = False,
     ) -> Child:
         """A child for one run: an idle one, or, if the pool is empty, one made for it.
 
         The child's :attr:`Child.refill` tops the pool up again in the background; the run
         calls it once it is over, so that making the replacement is not on its path. A run
         that finds the pool empty makes its own child and no more: filling the pool is the
-        background's work.
+        background's work. ``awaits``: the run's program looks as if it awaits (the
+        children made next are warmed up for such programs: see the class docstring).
 
         Raises:
             SpawnFailed: no child could be made.
         """
         kind = kind_of(confined, use_cgroups, disk_bytes)
+        with self._lock:
+            taken = self._taken[kind] = self._taken.get(kind, 0) + 1
+            if awaits:
+                self._awaited_at[kind] = taken
         dead: list[Child] = []
         try:
             while True:
@@ -592,8 +645,10 @@ class Pool:
         """Make a child and add it to ``idle``; False if it could not be made, or if the
         pool closed meanwhile (the child is then discarded, before :meth:`close` is told
         it may go on)."""
+        with self._lock:
+            warm_await = self._warms_await(kind)
         try:
-            child = self._make(kind, ahead=True)
+            child = self._make(kind, ahead=True, warm_await=warm_await)
         except SpawnFailed:
             return False
         with self._lock:
@@ -692,10 +747,12 @@ async def acquire(
     confined: bool,
     use_cgroups: bool,
     disk_bytes: int | None = DEFAULT_DISK_BYTES,
+    awaits: bool = False,
 ) -> Child:
     """A child for one run, requested the way ``spawn`` says; not yet known to be ready.
 
     ``disk_bytes``: the size of a confined run's file system (None: no bound).
+    ``awaits``: the run's program looks as if it awaits (a pool learns from it).
 
     Raises:
         SpawnFailed: the child could not be requested.
@@ -704,7 +761,11 @@ async def acquire(
     if isinstance(spawn, Pool) or spawn is Spawn.POOL:
         pool = spawn if isinstance(spawn, Pool) else default_pool()
         get = functools.partial(
-            pool.take, confined=confined, use_cgroups=use_cgroups, disk_bytes=disk_bytes
+            pool.take,
+            confined=confined,
+            use_cgroups=use_cgroups,
+            disk_bytes=disk_bytes,
+            awaits=awaits,
         )
     else:
         get = functools.partial(

@@ -80,7 +80,17 @@ from protocol import (
 )
 
 from .._budget import Budget, given
-from .._children import REMAINS, Child, Pool, RunCpu, Spawn, acquire, kill_tree, python_stack
+from .._children import (
+    REMAINS,
+    Child,
+    Pool,
+    RunCpu,
+    Spawn,
+    acquire,
+    kill_tree,
+    looks_awaiting,
+    python_stack,
+)
 from .._errors import SpawnFailed
 from .._result import Answer, Cause, Ending, Output, RunResult, Verdict, run_result
 from .._text import seconds
@@ -368,6 +378,7 @@ async def run_process(
         confined=level is Level.CONFINED,
         use_cgroups=use_cgroups,
         disk_bytes=given(budget.max_disk),
+        awaits=looks_awaiting(program),
     )
     run = _Run(child, budget, level, t0, stack_wanted=stack_on_timeout, on_output=on_output)
     try:

@@ -14,7 +14,24 @@ from runner._backends import DEFAULT_BACKEND, Outcome
 
 
 class _Counting:
-    """A backend that counts the times it is prepared."""
+    """A backend that counts the times it is prepared, for programs that await too."""
+
+    def __init__(self) -> None:
+        self.prepared = 0
+        self.prepared_awaiting = 0
+
+    def prepare(self) -> None:
+        self.prepared += 1
+
+    def prepare_awaiting(self) -> None:
+        self.prepared_awaiting += 1
+
+    def run(self, start: Start, client: Client) -> Outcome:  # pragma: no cover (not run)
+        raise AssertionError("not run here")
+
+
+class _Plain:
+    """A backend with ``prepare`` only."""
 
     def __init__(self) -> None:
         self.prepared = 0
@@ -37,8 +54,8 @@ def template() -> Iterator[_Counting]:
         _main._prepared.clear()
 
 
-def _arguments(*, warm_up: bool) -> _main.Arguments:
-    return _main.Arguments((3, 4), (5, 6), warm_up=warm_up)
+def _arguments(*, warm_up: bool, warm_await: bool = False) -> _main.Arguments:
+    return _main.Arguments((3, 4), (5, 6), warm_up=warm_up, warm_await=warm_await)
 
 
 def test_a_child_for_a_waiting_run_uses_it_as_it_is(template: _Counting) -> None:
@@ -57,7 +74,25 @@ def test_a_child_forked_ahead_prepares_it_again(
 
     monkeypatch.setattr(_main, "rehearse", rehearse)
     assert _main._load_backend(_arguments(warm_up=True)) is template
-    assert (template.prepared, rehearsed) == (1, [True])
+    assert (template.prepared, template.prepared_awaiting, rehearsed) == (1, 0, [True])
+
+
+def test_a_child_forked_ahead_for_programs_that_await_prepares_for_them_too(
+    template: _Counting,
+) -> None:
+    assert _main._load_backend(_arguments(warm_up=True, warm_await=True)) is template
+    assert (template.prepared, template.prepared_awaiting) == (1, 1)
+
+
+def test_a_backend_with_nothing_to_prepare_for_awaiting_is_prepared_all_the_same() -> None:
+    """``prepare_awaiting`` is optional: a backend without it is prepared as ever."""
+    plain = _Plain()
+    _main.keep_prepared(DEFAULT_BACKEND, plain)
+    try:
+        assert _main._load_backend(_arguments(warm_up=True, warm_await=True)) is plain
+    finally:
+        _main._prepared.clear()
+    assert plain.prepared == 1
 
 
 def test_without_a_template_a_runner_builds_and_prepares_its_own() -> None:
@@ -73,10 +108,9 @@ def test_a_rehearsal_goes_through_a_run_and_leaves_nothing() -> None:
     way through, and leaves no descriptor and no thread behind."""
     import threading
 
-    before = sorted(os.listdir("/proc/self/fd"))
+    before = sorted(os.listdir("/proc/self/fd")), threading.enumerate()
     assert _main.rehearse()
-    assert sorted(os.listdir("/proc/self/fd")) == before
-    assert threading.active_count() == 1
+    assert (sorted(os.listdir("/proc/self/fd")), threading.enumerate()) == before
 
 
 def test_a_rehearsal_without_descriptors_to_spare_says_so(

@@ -323,19 +323,24 @@ async def test_the_warm_up_before_the_start_leaves_nothing_behind() -> None:
     assert run.value == [False, "import linecache, sys\n", True]
 
 
-#: Prepares a backend in a fresh interpreter, with asyncio imported first or not, and says
+#: Prepares a backend in a fresh interpreter, for programs that await too or not, and says
 #: what the program would find after: whether asyncio is loaded, the policy's state, the
-#: threads and descriptors, and what ``get_event_loop`` outside a loop gives.
+#: threads and descriptors, what ``get_event_loop`` outside a loop gives, and what the
+#: warm-up programs come to when run again.
 PREPARED = """
 import json, os, sys, threading, warnings
-if sys.argv[1] == "asyncio":
-    import asyncio
 fds = sorted(os.listdir("/proc/self/fd"))
 from runner._backends import python
-python.PythonBackend().prepare()
+backend = python.PythonBackend()
+backend.prepare()
+if sys.argv[1] == "awaiting":
+    backend.prepare_awaiting()
+values = python._warm_up()
+if sys.argv[1] == "awaiting":
+    values += python._warm_up_awaiting()
 report = {"asyncio": "asyncio" in sys.modules, "threads": threading.active_count(),
           "fds_unchanged": sorted(os.listdir("/proc/self/fd")) == fds,
-          "again": [v.decode() if isinstance(v, bytes) else repr(v) for v in python._warm_up()]}
+          "again": [v.decode() if isinstance(v, bytes) else repr(v) for v in values]}
 if report["asyncio"]:
     import asyncio
     policy = asyncio.events._event_loop_policy
@@ -349,18 +354,18 @@ print(json.dumps(report))
 """
 
 
-@pytest.mark.parametrize("first", ["asyncio", "nothing"])
-def test_the_warm_up_of_a_program_that_awaits_needs_asyncio_loaded(first: str) -> None:
-    """``prepare`` runs a program that calls a tool (over a channel of its own) and, with
-    asyncio loaded (a template's), one that awaits calls, both to their values; it leaves
-    asyncio as a fresh interpreter has it: a new policy that was told no loop, so
-    ``get_event_loop`` still makes one; no thread, no descriptor left. Without asyncio (a
-    cold runner), ``prepare`` does not import it for a program that may never await."""
+@pytest.mark.parametrize("programs", ["awaiting", "plain"])
+def test_the_warm_ups_run_their_programs_and_leave_nothing(programs: str) -> None:
+    """``prepare`` takes a program that calls a tool (over a channel of its own) to its
+    value, and does not import asyncio for it; ``prepare_awaiting`` takes one that awaits
+    two calls together to its value, and leaves asyncio as a fresh interpreter has it: a
+    new policy that was told no loop, so ``get_event_loop`` still makes one. Neither
+    leaves a thread or a descriptor behind."""
     import subprocess
     import sys
 
     done = subprocess.run(
-        [sys.executable, "-c", PREPARED, first],
+        [sys.executable, "-c", PREPARED, programs],
         capture_output=True,
         text=True,
         timeout=60,
@@ -369,7 +374,7 @@ def test_the_warm_up_of_a_program_that_awaits_needs_asyncio_loaded(first: str) -
     )
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
-    if first == "nothing":
+    if programs == "plain":
         assert report == {
             "asyncio": False,
             "threads": 1,
@@ -404,3 +409,4 @@ def test_a_warm_up_without_descriptors_to_spare_is_skipped(
     monkeypatch.setattr(os, "pipe", no_pipe)
     assert python._warm_up() == []
     python.PythonBackend().prepare()  # (raises nothing)
+    assert python._warm_up_with(python._AWAITING_WARM_UP, "1", "2") == []

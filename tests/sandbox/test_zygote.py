@@ -128,11 +128,13 @@ async def test_a_run_never_waits_for_a_child_being_made(monkeypatch: pytest.Monk
     held = threading.Event()
     real_make = Pool._make
 
-    def make(kind: tuple[bool, bool, int | None], *, ahead: bool) -> Child:
+    def make(
+        kind: tuple[bool, bool, int | None], *, ahead: bool, warm_await: bool = False
+    ) -> Child:
         made.append(threading.current_thread())
         if threading.current_thread().name == "refill-under-test":
             held.wait(30)
-        return real_make(kind, ahead=ahead)
+        return real_make(kind, ahead=ahead, warm_await=warm_await)
 
     monkeypatch.setattr(Pool, "_make", staticmethod(make))
     with Pool(size=2) as pool:
@@ -171,10 +173,12 @@ def test_closing_a_pool_waits_for_the_child_being_made(monkeypatch: pytest.Monke
     made: list[Child] = []
     real_make = Pool._make
 
-    def make(kind: tuple[bool, bool, int | None], *, ahead: bool) -> Child:
+    def make(
+        kind: tuple[bool, bool, int | None], *, ahead: bool, warm_await: bool = False
+    ) -> Child:
         making.set()
         held.wait(30)
-        child = real_make(kind, ahead=ahead)
+        child = real_make(kind, ahead=ahead, warm_await=warm_await)
         made.append(child)
         return child
 
@@ -368,6 +372,49 @@ async def test_only_a_child_forked_ahead_warms_up(monkeypatch: pytest.MonkeyPatc
     assert len(asked) >= 3, asked
     assert asked[:2] == [False, False], asked
     assert all(asked[2:]), asked
+
+
+async def test_a_pool_warms_up_for_programs_that_await_while_it_sees_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pool warms its children up for a program that awaits (an event loop run once:
+    memory and CPU that a program that never awaits does not repay) only once a program
+    that looks as if it awaits has taken one, and stops once ``AWAIT_MEMORY`` runs in a
+    row have not; a child so warmed runs such a program as a fresh interpreter would."""
+    from protocol import ForkRequest as real
+
+    warmed: list[bool] = []  # warm_await of each child made ahead
+
+    def recorded(**fields: object) -> object:
+        request = real(**fields)  # type: ignore[arg-type]
+        if request.warm_up:
+            warmed.append(request.warm_await)
+        return request
+
+    monkeypatch.setattr(_supervisor, "ForkRequest", recorded)
+    monkeypatch.setattr(_supervisor, "AWAIT_MEMORY", 2)
+    awaiting = "import asyncio\nawait asyncio.sleep(0, 'awaited')"
+    # (No await: the program asks for the current loop outside one, and gets a new one.)
+    loop_outside = (
+        "import asyncio, warnings\n"
+        "warnings.simplefilter('ignore')  # (get_event_loop outside a loop is deprecated)\n"
+        "loop = asyncio.get_event_loop()\n"
+        "got = loop.run_until_complete(asyncio.sleep(0, 'slept'))\n"
+        "loop.close()\n"
+        "[got, asyncio.run(asyncio.sleep(0, 'ran'))]"
+    )
+    runs = [("1", 1), (awaiting, "awaited"), (loop_outside, ["slept", "ran"]), ("3", 3), ("4", 4)]
+    with Pool(size=1) as pool:
+        for program, value in runs:
+            result = await sandbox.run(program, spawn=pool, budget=Budget(wall_clock=30))
+            assert result.ok, (program, result.error)
+            assert result.value == value
+            assert pool.wait_full()
+    # The first run found the pool empty; after each run, the child made to take its
+    # place: warmed once an awaiting program was seen, until two runs in a row were not.
+    assert warmed == [False, True, True, True, False]
+    assert _supervisor.looks_awaiting(awaiting)
+    assert not _supervisor.looks_awaiting("sum(range(10))")
 
 
 #: The program's signal dispositions, and the wakeup descriptor it found set.
