@@ -1299,6 +1299,32 @@ def measure_tool(before: set[int]) -> sandbox.Tool:
     return sandbox.Tool(measure)
 
 
+#: A program that awaits, with nothing to call: what makes a pool warm its children up for
+#: such programs (``sandbox.Pool``).
+AWAITING_PROGRAM: Final = "import asyncio\nawait asyncio.sleep(0, 'awaited')"
+
+
+def expect_awaited(result: sandbox.RunResult) -> str | None:
+    """:data:`AWAITING_PROGRAM`'s check."""
+    return None if result.value == "awaited" else f"value {result.value!r}, not 'awaited'"
+
+
+async def _idle_memory(
+    rec: Recorder, pool: sandbox.Pool, cell: str, into: list[dict[str, Any]], limit: float
+) -> None:
+    """The memory of each of ``pool``'s idle children, once it is full, into ``into``."""
+    if not await anyio.to_thread.run_sync(pool.wait_full, limit):
+        rec.fail("memory", cell, -1, f"the pool was not full within {limit} s")
+    for i, child in enumerate(pool.idle()):
+        try:
+            if child.process.pid is None:
+                raise RuntimeError("an idle child without a pid")
+            into.append(tree_memory(child.process.pid))
+        except Exception as exc:  # counted, with its reason
+            rec.fail("memory", cell, i, describe(exc))
+        rec.advance(f"memory/{cell}")
+
+
 def _mb_stats(items: list[dict[str, Any]]) -> dict[str, Any] | None:
     if not items:
         return None
@@ -1324,20 +1350,22 @@ async def measure_memory(rec: Recorder, sizes: Sizes) -> dict[str, Any]:
         rec.advance("memory/bare_interpreter")
 
     idle: dict[str, list[dict[str, Any]]] = {level: [] for level in CHILD_LEVELS}
+    idle_awaiting: dict[str, list[dict[str, Any]]] = {level: [] for level in CHILD_LEVELS}
     zygote: dict[str, Any] | None = None
     keeper: dict[str, Any] | None = None
     async with _pools(CHILD_LEVELS, sizes.memory_pool_size, t) as pools:
         for level, pool in pools.items():
-            if not await anyio.to_thread.run_sync(pool.wait_full, t):
-                rec.fail("memory", f"idle/{level}", -1, f"the pool was not full within {t} s")
-            for i, child in enumerate(pool.idle()):
-                try:
-                    if child.process.pid is None:
-                        raise RuntimeError("an idle child without a pid")
-                    idle[level].append(tree_memory(child.process.pid))
-                except Exception as exc:  # counted, with its reason
-                    rec.fail("memory", f"idle/{level}", i, describe(exc))
-                rec.advance(f"memory/idle/{level}")
+            await _idle_memory(rec, pool, f"idle/{level}", idle[level], t)
+        # A pool that has seen a program that awaits warms the children it makes next for
+        # such programs too: as many such runs as the pool holds, and every idle child is
+        # one of those.
+        for level, pool in pools.items():
+            for i in range(pool.size):
+                await anyio.to_thread.run_sync(pool.wait_full, t)  # (an idle child each)
+                _, _, problem = await timed_run(AWAITING_PROGRAM, level, pool, expect_awaited, t)
+                if problem is not None:
+                    rec.fail("memory", f"idle_awaiting/{level}", i, problem)
+            await _idle_memory(rec, pool, f"idle_awaiting/{level}", idle_awaiting[level], t)
         try:
             zpid = sandbox._children._supervisor.zygote_pid()
             if zpid is None:
@@ -1375,6 +1403,9 @@ async def measure_memory(rec: Recorder, sizes: Sizes) -> dict[str, Any]:
         "idle": {
             level: {"children": idle[level], "summary": _mb_stats(idle[level])} for level in idle
         },
+        "idle_awaiting": {
+            level: {"children": v, "summary": _mb_stats(v)} for level, v in idle_awaiting.items()
+        },
         "zygote": zygote,
         "keeper": keeper,
         "in_run": {key: {"samples": v, "summary": _mb_stats(v)} for key, v in in_run.items()},
@@ -1386,6 +1417,8 @@ async def measure_memory(rec: Recorder, sizes: Sizes) -> dict[str, Any]:
             s and s["uss_mb"]["max"], bare_uss
         )
         rec.done(f"memory/idle/{level}", f"USS max {_n(s and s['uss_mb']['max'])} MB")
+        s = out["idle_awaiting"][level]["summary"]
+        rec.done(f"memory/idle_awaiting/{level}", f"USS max {_n(s and s['uss_mb']['max'])} MB")
     rec.done("memory/bare_interpreter", f"USS {_n(bare_uss)} MB")
     rec.done("memory/zygote", f"USS {_n(zygote['uss'] / MB if zygote else None)} MB")
     for key, v in out["in_run"].items():
@@ -1545,15 +1578,27 @@ def _sustained_targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _memory_target(doc: dict[str, Any]) -> dict[str, Any]:
+    """The largest idle confined child, of a fresh pool's and of one warmed for programs
+    that await (a study before the pools warmed for them has the first only)."""
     mem = doc.get("memory") or {}
     s = (mem.get("idle") or {}).get("confined", {}).get("summary")
-    measured = s["uss_mb"]["max"] if s else None
+    warmed = (mem.get("idle_awaiting") or {}).get("confined", {}).get("summary")
+    maxima = [x["uss_mb"]["max"] for x in (s, warmed) if x]
+    measured = max(maxima) if s else None
     bare = ((mem.get("bare_interpreter") or {}).get("uss_mb") or {}).get("mean")
+    detail = f"mean {_n(s and s['uss_mb']['mean'])} MB over {s['n'] if s else 0} children"
+    if "idle_awaiting" in mem:
+        detail = (
+            f"a fresh pool's children: max {_n(s and s['uss_mb']['max'])} MB, {detail}; "
+            f"warmed for programs that await: max {_n(warmed and warmed['uss_mb']['max'])} "
+            f"MB, mean {_n(warmed and warmed['uss_mb']['mean'])} MB over "
+            f"{warmed['n'] if warmed else 0} children"
+        )
     return _target(
         TARGET["idle_confined_child_uss_mb"],
         measured,
         f"bare `python -I -S` at rest {_n(bare)} MB: {_ratio(_div(measured, bare))}",
-        f"mean {_n(s and s['uss_mb']['mean'])} MB over {s['n'] if s else 0} children",
+        detail,
     )
 
 
@@ -1675,6 +1720,11 @@ def plan(rec: Recorder, sizes: Sizes) -> None:
     rec.add("memory/bare_interpreter", "memory    bare interpreter", sizes.memory_runs)
     for level in CHILD_LEVELS:
         rec.add(f"memory/idle/{level}", f"memory    idle {level}", sizes.memory_pool_size)
+        rec.add(
+            f"memory/idle_awaiting/{level}",
+            f"memory    idle {level}, warmed for awaiting",
+            sizes.memory_pool_size,
+        )
     rec.add("memory/zygote", "memory    zygote", 1)
     for level in CHILD_LEVELS:
         for spawn in ("cold", "zygote"):
@@ -1963,17 +2013,12 @@ def plot_memory(doc: dict[str, Any], path: Path) -> None:
     figure = _setup_matplotlib()
     mem = doc["memory"]
     bars: list[tuple[str, float, float, float]] = []  # label, uss mean, uss max, pss mean
-    for level, entry in mem["idle"].items():
+    idle = [(f"idle {level}\n(pool)", e) for level, e in mem["idle"].items()]
+    idle += [(f"idle {level}\n(for await)", e) for level, e in mem.get("idle_awaiting", {}).items()]
+    for label, entry in idle:
         s = entry.get("summary")
         if s:
-            bars.append(
-                (
-                    f"idle {level}\n(pool)",
-                    s["uss_mb"]["mean"],
-                    s["uss_mb"]["max"],
-                    s["pss_mb"]["mean"],
-                )
-            )
+            bars.append((label, s["uss_mb"]["mean"], s["uss_mb"]["max"], s["pss_mb"]["mean"]))
     for key, entry in mem["in_run"].items():
         s = entry.get("summary")
         if s:
@@ -2618,6 +2663,15 @@ def _memory_lines(doc: dict[str, Any], plot_of: dict[str, str]) -> list[str]:
                 f"idle warm {level} child (pool)",
                 s,
                 _ratio(entry.get("uss_max_over_bare_interpreter")),
+            )
+        )
+    for level, entry in (mem.get("idle_awaiting") or {}).items():
+        s = entry.get("summary")
+        lines.append(
+            row(
+                f"idle warm {level} child (pool), warmed for programs that await",
+                s,
+                _ratio(_div(s and s["uss_mb"]["max"], bare_uss)),
             )
         )
     lines.append(

@@ -142,6 +142,9 @@ def _check_memory(doc: dict[str, Any]) -> None:
             summary = idle["summary"]
             assert 0 < summary["uss_mb"]["mean"] <= summary["uss_mb"]["max"]
             assert summary["pss_mb"]["mean"] > 0
+        warmed = mem["idle_awaiting"][level]["children"]
+        failed = _failed(doc, "memory", f"idle_awaiting/{level}")
+        assert len(warmed) + failed == mem["pool_size"]
         for spawn in ("cold", "zygote"):
             key = f"{level}/{spawn}"
             samples = mem["in_run"][key]["samples"]
@@ -583,6 +586,27 @@ def _measured(numbers: dict[str, float] | None = None, *, failures: int = 0) -> 
 
 def _outcomes(doc: dict[str, Any]) -> dict[str, tuple[str, bool]]:
     return {t["id"]: (t["verdict"], t["goal_met"]) for t in study.evaluate_targets(doc)}
+
+
+def test_the_memory_target_takes_the_larger_of_a_fresh_and_a_warmed_child() -> None:
+    """A pool warms its children for programs that await once it has seen one: the idle
+    child's figure is the largest of both kinds, whichever it is; a study from before
+    (no warmed children) is judged on the fresh pool's alone."""
+
+    def summary(uss: float) -> dict[str, Any]:
+        return {"n": 2, "uss_mb": {"mean": uss - 0.1, "max": uss}}
+
+    for fresh, warmed, verdict in ((3.9, 4.7, "MISS"), (4.7, 3.9, "MISS"), (3.5, 3.9, "PASS")):
+        doc = _measured()
+        doc["memory"]["idle"]["confined"]["summary"] = summary(fresh)
+        doc["memory"]["idle_awaiting"] = {"confined": {"summary": summary(warmed)}}
+        (row,) = [t for t in study.evaluate_targets(doc) if t["id"] == "idle_confined_child_uss_mb"]
+        assert (row["measured"], row["verdict"]) == (max(fresh, warmed), verdict)
+        assert f"warmed for programs that await: max {warmed:g} MB" in row["detail"]
+    doc = _measured({"idle_confined_child_uss_mb": 3.9})
+    (row,) = [t for t in study.evaluate_targets(doc) if t["id"] == "idle_confined_child_uss_mb"]
+    assert (row["measured"], row["verdict"]) == (3.9, "PASS")
+    assert "warmed" not in row["detail"]
 
 
 def test_every_target_passes_when_every_figure_is_at_its_goal() -> None:
