@@ -148,9 +148,10 @@ class ForkRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
             before it says ready (the pages that first run writes are then copied while it
             waits: worth it for a child forked ahead of its run, such as a pool's, not for
             one whose run is waiting for it).
-        warm_await: ``warm`` and ``warm_up`` only: the runner warms up for a program that
-            awaits too (an event loop's first run: time and memory a program that never
-            awaits does not repay).
+        warm_calls: ``warm`` and ``warm_up`` only: the runner warms up for a program that
+            calls tools too (a first call: time and memory a program with no tools does
+            not repay).
+        warm_await: the same, for a program that awaits (an event loop's first run).
     """
 
     mode: Annotated[str, msgspec.Meta(pattern="^(warm|cold)$")]
@@ -162,6 +163,7 @@ class ForkRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     linger: bool = True
     argv: tuple[str, ...] = ()
     warm_up: bool = True
+    warm_calls: bool = False
     warm_await: bool = False
 
 

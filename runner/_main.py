@@ -175,6 +175,7 @@ class Arguments:
         "supervised",
         "view",
         "warm_await",
+        "warm_calls",
         "warm_up",
     )
 
@@ -193,6 +194,7 @@ class Arguments:
         pid_one: bool = False,
         net: int | None = None,
         warm_up: bool = True,
+        warm_calls: bool = False,
         warm_await: bool = False,
     ) -> None:
         self.start_fds = start_fds
@@ -209,9 +211,10 @@ class Arguments:
         self.view = view
         self.pid_one = pid_one
         self.net = net
-        #: Prepare the backend before saying ready, for a program that awaits too (see
-        #: :func:`_load_backend`).
+        #: Prepare the backend before saying ready, for a program that calls tools, or
+        #: awaits, too (see :func:`_load_backend`).
         self.warm_up = warm_up
+        self.warm_calls = warm_calls
         self.warm_await = warm_await
 
 
@@ -679,15 +682,16 @@ def _load_backend(args: Arguments) -> Backend | None:
     it again (its warm-up, whose first run writes to pages shared with the template) only
     if ``args.warm_up``: a child forked ahead of its run does it while it waits, where a
     run waiting for its child would wait for that too (0.75 ms here, against 0.25 ms it
-    saves the run's own first compile). With ``args.warm_await`` too, it prepares for a
-    program that awaits (``prepare_awaiting``, if the backend has it).
+    saves the run's own first compile). With ``args.warm_calls`` or ``args.warm_await``,
+    it prepares for a program that calls tools, or awaits, too (``prepare_for``, if the
+    backend has it).
     """
     backend = _prepared.get(args.backend)
     if backend is not None:
         if args.warm_up:
             backend.prepare()
-            if args.warm_await:
-                prepare_awaiting(backend)
+            if args.warm_calls or args.warm_await:
+                prepare_for(backend, calls=args.warm_calls, awaits=args.warm_await)
             rehearse()
         return backend
     try:
@@ -700,11 +704,11 @@ def _load_backend(args: Arguments) -> Backend | None:
     return backend
 
 
-def prepare_awaiting(backend: Backend) -> None:
-    """``backend.prepare_awaiting()``, if it has one (see :class:`runner.Backend`)."""
-    prepare: Callable[[], object] | None = getattr(backend, "prepare_awaiting", None)
+def prepare_for(backend: Backend, *, calls: bool, awaits: bool) -> None:
+    """``backend.prepare_for(...)``, if it has one (see :class:`runner.Backend`)."""
+    prepare: Callable[..., object] | None = getattr(backend, "prepare_for", None)
     if prepare is not None:
-        prepare()
+        prepare(calls=calls, awaits=awaits)
 
 
 def rehearse() -> bool:

@@ -712,6 +712,7 @@ def _warm_runner(request: ForkRequest, arguments: list[str], job: _Job) -> _main
         pid_one=job.pid_one,
         net=job.net,
         warm_up=request.warm_up,
+        warm_calls=request.warm_calls,
         warm_await=request.warm_await,
     )
 
@@ -856,7 +857,7 @@ def _prepare() -> None:
     # too), whose first run's writes land in the zygote's own pages.
     _relocate.relocate()
     backend.prepare()
-    _main.prepare_awaiting(backend)
+    _main.prepare_for(backend, calls=True, awaits=True)
     _main.keep_prepared(DEFAULT_BACKEND, backend)
     _main.rehearse()
 

@@ -90,10 +90,11 @@ class Backend(Protocol):
         it again (for what its first run would write to pages it shares with the zygote):
         it must be safe to call more than once.
 
-        A backend may also have ``prepare_awaiting()``: the same, for what a program that
-        awaits needs besides (an event loop's first run, say), which costs a child memory
-        and time that a program that never awaits does not repay. The zygote calls it
-        once; a runner forked ahead calls it only if the host expects such programs.
+        A backend may also have ``prepare_for(*, calls: bool, awaits: bool)``: the same,
+        for what a program that calls tools, or one that awaits, needs besides (a first
+        call, an event loop's first run), which costs a child memory and time that other
+        programs do not repay. The zygote calls it once with both; a runner forked ahead
+        calls it for what the host expects of its program.
         """
         ...
 

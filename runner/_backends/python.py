@@ -130,8 +130,8 @@ class PythonBackend:
 
     def prepare(self) -> None:
         """Give the program ``exit`` and ``quit``, which ``site`` (off in the runner) adds,
-        warm the path from source to value, a tool call included (:func:`_warm_up`), and
-        find the interpreter's real file while the host's view is still there.
+        warm the path from source to value (:func:`_warm_up`), and find the interpreter's
+        real file while the host's view is still there.
 
         Nothing else to load: ast, linecache and types are loaded with the runner itself.
         """
@@ -142,11 +142,14 @@ class PythonBackend:
         if self._as_main and sys.executable:
             self._interpreter = os.path.realpath(sys.executable)
 
-    def prepare_awaiting(self) -> None:
-        """Warm the path of a program that awaits too (:func:`_warm_up_awaiting`): for a
-        template, and for a child forked ahead for programs that await. Imports
-        :mod:`asyncio` if it is not loaded yet."""
-        _warm_up_awaiting()
+    def prepare_for(self, *, calls: bool, awaits: bool) -> None:
+        """Warm the path of a program that calls tools (:func:`_warm_up_calls`), and of one
+        that awaits (:func:`_warm_up_awaiting`, which imports :mod:`asyncio` if it is not
+        loaded yet): for a template, and for a child forked ahead for such programs."""
+        if calls:
+            _warm_up_calls()
+        if awaits:
+            _warm_up_awaiting()
 
     def run(self, start: Start, client: Client) -> Outcome:
         """Run ``start.program`` with ``start.bindings`` as ``host``; never raises."""
@@ -204,26 +207,39 @@ class PythonBackend:
 
 
 def _warm_up() -> list[Outcome | bytes]:
-    """Take a small program that calls a tool from source to value once, before any Start.
+    """Take a small program from source to value once, before any Start.
 
     A runner forked from the zygote shares its pages until it first writes to them, and
     the first run through the parser, the compiler, a new module and the JSON encoder
     writes to many (copies, first calls, caches): 0.25 ms of a trivial program's 0.43 ms
-    here (a page written first costs a fault and a copy, about 2 µs on this machine). So
-    does a program's first call: the tool's proxy, the client, the frames both ways. Taken
-    now, that cost is paid while the runner waits for its Start (a pool's runner, before
-    it is needed at all), not on the run's path; the price is the pages written, private
-    in every child forked ahead (about 0.15 MB for the call here).
-
-    Nothing of it matters after: the call went over a channel of its own, now closed; the
+    here (a page written first costs a fault and a copy, about 2 µs on this machine).
+    Taken now, that cost is paid while the runner waits for its Start (a pool's runner,
+    before it is needed at all), not on the run's path. Nothing of it matters after: the
     run's own program has a module of its own, and its source lines replace the lines
     left under ``<program>``.
+
+    Returns:
+        What the program came to (its value's JSON, unless it failed).
+    """
+    code = compile_program(_WARM_UP)
+    return [_execute(code, Host.empty(), as_main=False)]
+
+
+def _warm_up_calls() -> list[Outcome | bytes]:
+    """Take a small program that calls a tool from source to value once, before any Start.
+
+    A program's first call writes first to pages shared with the zygote too: the tool's
+    proxy, the client, the frames both ways (0.2-0.4 ms of a first call's path here). The
+    price, where it is taken ahead: about 0.5 ms of CPU and 0.15 MB of private memory per
+    child here, so a pool takes it only in children it makes for programs with tools
+    (``sandbox``'s pools decide; the zygote takes it once for all its children). The call
+    goes over a channel of its own, closed after.
 
     Returns:
         What the program came to (its value's JSON, unless it failed); nothing if there
         was no room for the call's channel (the warm-up is skipped, never the run).
     """
-    return _warm_up_with(_WARM_UP, "1")
+    return _warm_up_with(_CALLING_WARM_UP, "1")
 
 
 def _warm_up_awaiting() -> list[Outcome | bytes]:
@@ -237,7 +253,7 @@ def _warm_up_awaiting() -> list[Outcome | bytes]:
     measured in a child of a zygote-like interpreter (0.28 ms and 7 faults after this).
     The price, where it is taken ahead: about 1.5 ms of CPU and 0.8 MB of private memory
     per child here, so a pool takes it only in children it makes for programs that await
-    (``sandbox``'s pools decide; the zygote takes it once for all its children).
+    (as for :func:`_warm_up_calls`).
 
     What the program finds after: a new policy that has made no loop and has been told
     none (``asyncio.run`` leaves its own told "none", and ``get_event_loop`` outside a
@@ -265,9 +281,11 @@ def _warm_up_with(program: str, *answers: str) -> list[Outcome | bytes]:
         return [_execute(compile_program(program), channel.host, as_main=False)]
 
 
-#: The warm-up programs: an import and a call, as most programs have (:func:`_warm_up`);
-#: a loop's life, its tasks and two calls awaited together (:func:`_warm_up_awaiting`).
-_WARM_UP: Final = "import sys\nx = [sys.maxsize.bit_length(), host.echo(1)]\nx"
+#: The warm-up programs: an import and a function called, as most programs have
+#: (:func:`_warm_up`); the same, with a tool called (:func:`_warm_up_calls`); a loop's life,
+#: its tasks and two calls awaited together (:func:`_warm_up_awaiting`).
+_WARM_UP: Final = "import sys\nx = [sys.maxsize.bit_length()]\nx"
+_CALLING_WARM_UP: Final = "import sys\nx = [sys.maxsize.bit_length(), host.echo(1)]\nx"
 _AWAITING_WARM_UP: Final = (
     "import asyncio\nawait asyncio.sleep(0)\nawait asyncio.gather(host.echo(1), host.echo(2))\n"
 )

@@ -110,10 +110,15 @@ _READY_TIMEOUT: Final = 60.0
 #: reaped (a killed process is normally torn down in milliseconds).
 _CLEAR_DEADLINE: Final = 10.0
 
-#: For how many runs taking a pool's child of one kind a program that looks as if it
-#: awaits (:func:`looks_awaiting`) keeps the pool warming the children it makes for it
-#: (:attr:`protocol.ForkRequest.warm_await`).
-AWAIT_MEMORY: Final = 100
+#: For how many runs taking a pool's child of one kind a run with tools to call, or whose
+#: program looks as if it awaits (:func:`looks_awaiting`), keeps the pool warming the
+#: children it makes for such runs (:attr:`protocol.ForkRequest.warm_calls`,
+#: :attr:`~protocol.ForkRequest.warm_await`).
+WARM_MEMORY: Final = 100
+
+
+#: What a child made ahead warms up for besides a plain program: tool calls, awaiting.
+Warm = tuple[bool, bool]
 
 
 def looks_awaiting(program: str) -> bool:
@@ -366,11 +371,12 @@ class Child:
         self.refill: Callable[[], None] | None = None
 
     def request(
-        self, *, mode: Spawn, start_timeout: float, ahead: bool, warm_await: bool = False
+        self, *, mode: Spawn, start_timeout: float, ahead: bool, warm: Warm = (False, False)
     ) -> None:
         """Ask the zygote for the child (at most once, retried on a fresh zygote once);
         ``ahead``: the child is forked ahead of its run (a pool's), not for a run waiting;
-        ``warm_await`` (with ``ahead``): it warms up for a program that awaits too.
+        ``warm`` (with ``ahead``): it warms up for a program that calls tools, and for one
+        that awaits, too.
 
         Raises:
             SpawnFailed: no zygote would take the request.
@@ -388,7 +394,8 @@ class Child:
             linger=workspace.cgroups is None,
             argv=(sys.executable, "-I", "-S", "-c", *_RUNNER_BOOT),
             warm_up=ahead,
-            warm_await=ahead and warm_await,
+            warm_calls=ahead and warm[0],
+            warm_await=ahead and warm[1],
         )
         for attempt in (1, 2):
             z = _zygote()
@@ -522,12 +529,14 @@ class Pool:
     nothing until a Start arrives. A confined child's file system has its size from birth:
     the pool keeps ``size`` children for each size runs have asked for.
 
-    Each child is warmed up for a program that calls tools before it says ready. Once a
-    program that looks as if it awaits (:func:`looks_awaiting`) has taken one, the
-    children the pool makes next are warmed up for such programs too (an event loop run
-    once: about 0.8 MB more per idle child and 1.5 ms of its CPU here, against 1 ms off
-    the path of each program that awaits), until :data:`AWAIT_MEMORY` runs in a row of
-    that kind of child have not looked so.
+    Each child takes a small program through the runner before it says ready, so that a
+    run's first compile and Result do not copy pages on its path. Once a run with tools
+    to call has taken one, the children the pool makes next take a program that calls a
+    tool too (about 0.15 MB more per idle child and 0.5 ms of its CPU here, against
+    0.2-0.4 ms off a first call's path); once a program that looks as if it awaits
+    (:func:`looks_awaiting`) has, one that awaits calls (an event loop run once: about
+    0.8 MB and 1.5 ms, against 1 ms off the path of each program that awaits); each until
+    :data:`WARM_MEMORY` runs in a row of that kind of child have not been so.
     """
 
     def __init__(self, size: int = 2) -> None:
@@ -540,14 +549,15 @@ class Pool:
         self._making = 0
         self._made = threading.Condition(self._lock)
         self._closed = False
-        # Runs that took a child, by kind; and how many had, at the last one whose
-        # program looked as if it awaits.
+        # Runs that took a child, by kind; and how many had, at the last run with tools,
+        # and at the last one whose program looked as if it awaits.
         self._taken: dict[Kind, int] = {}
+        self._called_at: dict[Kind, int] = {}
         self._awaited_at: dict[Kind, int] = {}
         _pools.add(self)
 
     @staticmethod
-    def _make(kind: Kind, *, ahead: bool, warm_await: bool = False) -> Child:
+    def _make(kind: Kind, *, ahead: bool, warm: Warm = (False, False)) -> Child:
         """One child for the pool (``ahead``), or for the run that found it empty (which
         waits for it: the child does not warm up first, see :attr:`ForkRequest.warm_up`).
 
@@ -556,21 +566,25 @@ class Pool:
         """
         confined, use_cgroups, disk_bytes = kind
         child = Child(confined=confined, use_cgroups=use_cgroups, disk_bytes=disk_bytes)
-        child.request(mode=Spawn.POOL, start_timeout=0, ahead=ahead, warm_await=warm_await)
+        child.request(mode=Spawn.POOL, start_timeout=0, ahead=ahead, warm=warm)
         return child
 
-    def warms_await(
+    def warms(
         self, *, confined: bool, use_cgroups: bool, disk_bytes: int | None = DEFAULT_DISK_BYTES
-    ) -> bool:
+    ) -> Warm:
         """Whether the children made now of this kind are warmed up for programs that
-        await (see the class docstring)."""
+        call tools, and for programs that await (see the class docstring)."""
         kind = kind_of(confined, use_cgroups, disk_bytes)
         with self._lock:
-            return self._warms_await(kind)
+            return self._warms(kind)
 
-    def _warms_await(self, kind: Kind) -> bool:
-        at = self._awaited_at.get(kind)
-        return at is not None and self._taken.get(kind, 0) - at < AWAIT_MEMORY
+    def _warms(self, kind: Kind) -> Warm:
+        taken = self._taken.get(kind, 0)
+
+        def recent(at: int | None) -> bool:
+            return at is not None and taken - at < WARM_MEMORY
+
+        return recent(self._called_at.get(kind)), recent(self._awaited_at.get(kind))
 
     def take(
         self,
@@ -578,6 +592,7 @@ class Pool:
         confined: bool,
         use_cgroups: bool,
         disk_bytes: int | None = DEFAULT_DISK_BYTES,
+        calls: bool = False,
         awaits: bool = False,
     ) -> Child:
         """A child for one run: an idle one, or, if the pool is empty, one made for it.
@@ -585,8 +600,9 @@ class Pool:
         The child's :attr:`Child.refill` tops the pool up again in the background; the run
         calls it once it is over, so that making the replacement is not on its path. A run
         that finds the pool empty makes its own child and no more: filling the pool is the
-        background's work. ``awaits``: the run's program looks as if it awaits (the
-        children made next are warmed up for such programs: see the class docstring).
+        background's work. ``calls``: the run has tools to call; ``awaits``: its program
+        looks as if it awaits (the children made next are warmed up for such runs: see
+        the class docstring).
 
         Raises:
             SpawnFailed: no child could be made.
@@ -594,6 +610,8 @@ class Pool:
         kind = kind_of(confined, use_cgroups, disk_bytes)
         with self._lock:
             taken = self._taken[kind] = self._taken.get(kind, 0) + 1
+            if calls:
+                self._called_at[kind] = taken
             if awaits:
                 self._awaited_at[kind] = taken
         dead: list[Child] = []
@@ -646,9 +664,9 @@ class Pool:
         pool closed meanwhile (the child is then discarded, before :meth:`close` is told
         it may go on)."""
         with self._lock:
-            warm_await = self._warms_await(kind)
+            warm = self._warms(kind)
         try:
-            child = self._make(kind, ahead=True, warm_await=warm_await)
+            child = self._make(kind, ahead=True, warm=warm)
         except SpawnFailed:
             return False
         with self._lock:
@@ -747,12 +765,14 @@ async def acquire(
     confined: bool,
     use_cgroups: bool,
     disk_bytes: int | None = DEFAULT_DISK_BYTES,
+    calls: bool = False,
     awaits: bool = False,
 ) -> Child:
     """A child for one run, requested the way ``spawn`` says; not yet known to be ready.
 
     ``disk_bytes``: the size of a confined run's file system (None: no bound).
-    ``awaits``: the run's program looks as if it awaits (a pool learns from it).
+    ``calls``, ``awaits``: the run has tools to call; its program looks as if it awaits
+    (a pool learns from them).
 
     Raises:
         SpawnFailed: the child could not be requested.
@@ -765,6 +785,7 @@ async def acquire(
             confined=confined,
             use_cgroups=use_cgroups,
             disk_bytes=disk_bytes,
+            calls=calls,
             awaits=awaits,
         )
     else:

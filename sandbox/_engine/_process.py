@@ -378,6 +378,7 @@ async def run_process(
         confined=level is Level.CONFINED,
         use_cgroups=use_cgroups,
         disk_bytes=given(budget.max_disk),
+        calls=len(toolset) > 0,
         awaits=looks_awaiting(program),
     )
     run = _Run(child, budget, level, t0, stack_wanted=stack_on_timeout, on_output=on_output)

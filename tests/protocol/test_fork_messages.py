@@ -31,7 +31,7 @@ GOLDEN: list[tuple[Any, bytes]] = [
         ForkRequest(mode="warm", workdir="/tmp/w", env={"HOME": "/tmp/w"}),
         b'{"mode":"warm","workdir":"/tmp/w","env":{"HOME":"/tmp/w"},"cgroups":[],'
         b'"confine":"","start_timeout":60.0,"linger":true,"argv":[],"warm_up":true,'
-        b'"warm_await":false}',
+        b'"warm_calls":false,"warm_await":false}',
     ),
     (
         ForkRequest(
@@ -44,13 +44,14 @@ GOLDEN: list[tuple[Any, bytes]] = [
             linger=False,
             argv=("/usr/bin/python3", "-I", "-S"),
             warm_up=False,
+            warm_calls=True,
             warm_await=True,
         ),
         b'{"mode":"cold","workdir":"/tmp/w","env":{},'
         b'"cgroups":["/sys/fs/cgroup/pids/run-1-a/cgroup.procs"],'
         b'"confine":"{\\"workdir\\":\\"/tmp/w\\",\\"disk_bytes\\":null}","start_timeout":0.0,'
         b'"linger":false,"argv":["/usr/bin/python3","-I","-S"],"warm_up":false,'
-        b'"warm_await":true}',
+        b'"warm_calls":true,"warm_await":true}',
     ),
     (Forked(pid=42), b'{"type":"forked","pid":42}'),
     (Moved(pid=43), b'{"type":"moved","pid":43}'),

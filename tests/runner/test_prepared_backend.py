@@ -18,13 +18,13 @@ class _Counting:
 
     def __init__(self) -> None:
         self.prepared = 0
-        self.prepared_awaiting = 0
+        self.prepared_for: list[tuple[bool, bool]] = []
 
     def prepare(self) -> None:
         self.prepared += 1
 
-    def prepare_awaiting(self) -> None:
-        self.prepared_awaiting += 1
+    def prepare_for(self, *, calls: bool, awaits: bool) -> None:
+        self.prepared_for.append((calls, awaits))
 
     def run(self, start: Start, client: Client) -> Outcome:  # pragma: no cover (not run)
         raise AssertionError("not run here")
@@ -54,8 +54,12 @@ def template() -> Iterator[_Counting]:
         _main._prepared.clear()
 
 
-def _arguments(*, warm_up: bool, warm_await: bool = False) -> _main.Arguments:
-    return _main.Arguments((3, 4), (5, 6), warm_up=warm_up, warm_await=warm_await)
+def _arguments(
+    *, warm_up: bool, warm_calls: bool = False, warm_await: bool = False
+) -> _main.Arguments:
+    return _main.Arguments(
+        (3, 4), (5, 6), warm_up=warm_up, warm_calls=warm_calls, warm_await=warm_await
+    )
 
 
 def test_a_child_for_a_waiting_run_uses_it_as_it_is(template: _Counting) -> None:
@@ -74,22 +78,33 @@ def test_a_child_forked_ahead_prepares_it_again(
 
     monkeypatch.setattr(_main, "rehearse", rehearse)
     assert _main._load_backend(_arguments(warm_up=True)) is template
-    assert (template.prepared, template.prepared_awaiting, rehearsed) == (1, 0, [True])
+    assert (template.prepared, template.prepared_for, rehearsed) == (1, [], [True])
 
 
-def test_a_child_forked_ahead_for_programs_that_await_prepares_for_them_too(
+@pytest.mark.parametrize(("calls", "awaits"), [(True, False), (False, True), (True, True)])
+def test_a_child_forked_ahead_for_calls_or_awaits_prepares_for_them_too(
+    template: _Counting, calls: bool, awaits: bool
+) -> None:
+    arguments = _arguments(warm_up=True, warm_calls=calls, warm_await=awaits)
+    assert _main._load_backend(arguments) is template
+    assert (template.prepared, template.prepared_for) == (1, [(calls, awaits)])
+
+
+def test_a_child_for_a_waiting_run_prepares_nothing_whatever_it_is_asked(
     template: _Counting,
 ) -> None:
-    assert _main._load_backend(_arguments(warm_up=True, warm_await=True)) is template
-    assert (template.prepared, template.prepared_awaiting) == (1, 1)
+    arguments = _arguments(warm_up=False, warm_calls=True, warm_await=True)
+    assert _main._load_backend(arguments) is template
+    assert (template.prepared, template.prepared_for) == (0, [])
 
 
-def test_a_backend_with_nothing_to_prepare_for_awaiting_is_prepared_all_the_same() -> None:
-    """``prepare_awaiting`` is optional: a backend without it is prepared as ever."""
+def test_a_backend_with_nothing_more_to_prepare_is_prepared_all_the_same() -> None:
+    """``prepare_for`` is optional: a backend without it is prepared as ever."""
     plain = _Plain()
     _main.keep_prepared(DEFAULT_BACKEND, plain)
     try:
-        assert _main._load_backend(_arguments(warm_up=True, warm_await=True)) is plain
+        arguments = _arguments(warm_up=True, warm_calls=True, warm_await=True)
+        assert _main._load_backend(arguments) is plain
     finally:
         _main._prepared.clear()
     assert plain.prepared == 1

@@ -333,10 +333,12 @@ fds = sorted(os.listdir("/proc/self/fd"))
 from runner._backends import python
 backend = python.PythonBackend()
 backend.prepare()
-if sys.argv[1] == "awaiting":
-    backend.prepare_awaiting()
+calls, awaits = sys.argv[1] in ("calls", "awaiting"), sys.argv[1] == "awaiting"
+backend.prepare_for(calls=calls, awaits=awaits)
 values = python._warm_up()
-if sys.argv[1] == "awaiting":
+if calls:
+    values += python._warm_up_calls()
+if awaits:
     values += python._warm_up_awaiting()
 report = {"asyncio": "asyncio" in sys.modules, "threads": threading.active_count(),
           "fds_unchanged": sorted(os.listdir("/proc/self/fd")) == fds,
@@ -354,13 +356,13 @@ print(json.dumps(report))
 """
 
 
-@pytest.mark.parametrize("programs", ["awaiting", "plain"])
+@pytest.mark.parametrize("programs", ["awaiting", "calls", "plain"])
 def test_the_warm_ups_run_their_programs_and_leave_nothing(programs: str) -> None:
-    """``prepare`` takes a program that calls a tool (over a channel of its own) to its
-    value, and does not import asyncio for it; ``prepare_awaiting`` takes one that awaits
-    two calls together to its value, and leaves asyncio as a fresh interpreter has it: a
-    new policy that was told no loop, so ``get_event_loop`` still makes one. Neither
-    leaves a thread or a descriptor behind."""
+    """``prepare`` takes a plain program to its value; ``prepare_for`` one that calls a
+    tool (over a channel of its own), and one that awaits two calls together, and does
+    not import asyncio unless asked for the latter; it leaves asyncio as a fresh
+    interpreter has it: a new policy that was told no loop, so ``get_event_loop`` still
+    makes one. None leaves a thread or a descriptor behind."""
     import subprocess
     import sys
 
@@ -374,19 +376,16 @@ def test_the_warm_ups_run_their_programs_and_leave_nothing(programs: str) -> Non
     )
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
+    common = {"threads": 1, "fds_unchanged": True}
     if programs == "plain":
-        assert report == {
-            "asyncio": False,
-            "threads": 1,
-            "fds_unchanged": True,
-            "again": ["[63,1]"],
-        }
+        assert report == {**common, "asyncio": False, "again": ["[63]"]}
+    elif programs == "calls":
+        assert report == {**common, "asyncio": False, "again": ["[63]", "[63,1]"]}
     else:
         assert report == {
+            **common,
             "asyncio": True,
-            "threads": 1,
-            "fds_unchanged": True,
-            "again": ["[63,1]", "[1,1]"],
+            "again": ["[63]", "[63,1]", "[1,1]"],
             "policy": "_UnixDefaultEventLoopPolicy",
             "told": False,
             "loop": "slept",
@@ -396,7 +395,7 @@ def test_the_warm_ups_run_their_programs_and_leave_nothing(programs: str) -> Non
 def test_a_warm_up_without_descriptors_to_spare_is_skipped(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """No pipe for the warm-up's calls (``EMFILE``): ``prepare`` skips the warm-up and
+    """No pipe for the warm-up's calls (``EMFILE``): ``prepare_for`` skips the warm-up and
     raises nothing, so the runner still serves its run."""
     import errno
     import os
@@ -407,6 +406,6 @@ def test_a_warm_up_without_descriptors_to_spare_is_skipped(
         raise OSError(errno.EMFILE, "Too many open files")
 
     monkeypatch.setattr(os, "pipe", no_pipe)
-    assert python._warm_up() == []
-    python.PythonBackend().prepare()  # (raises nothing)
+    assert python._warm_up_calls() == []
+    python.PythonBackend().prepare_for(calls=True, awaits=False)  # (raises nothing)
     assert python._warm_up_with(python._AWAITING_WARM_UP, "1", "2") == []

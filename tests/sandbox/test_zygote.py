@@ -11,6 +11,7 @@ import tempfile
 import textwrap
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -20,6 +21,7 @@ import pytest
 import sandbox
 from sandbox import Budget, Level, Pool, Spawn
 from sandbox._children import REMAINS, WORKDIR_PREFIX, Child, _supervisor, hierarchy
+from sandbox._children._supervisor import Warm
 from sandbox._children._workspace import SPARES, Workspace, confined_base
 from sandbox._engine._levels import cgroups_usable
 from tests.host import child_levels
@@ -129,12 +131,12 @@ async def test_a_run_never_waits_for_a_child_being_made(monkeypatch: pytest.Monk
     real_make = Pool._make
 
     def make(
-        kind: tuple[bool, bool, int | None], *, ahead: bool, warm_await: bool = False
+        kind: tuple[bool, bool, int | None], *, ahead: bool, warm: Warm = (False, False)
     ) -> Child:
         made.append(threading.current_thread())
         if threading.current_thread().name == "refill-under-test":
             held.wait(30)
-        return real_make(kind, ahead=ahead, warm_await=warm_await)
+        return real_make(kind, ahead=ahead, warm=warm)
 
     monkeypatch.setattr(Pool, "_make", staticmethod(make))
     with Pool(size=2) as pool:
@@ -174,11 +176,11 @@ def test_closing_a_pool_waits_for_the_child_being_made(monkeypatch: pytest.Monke
     real_make = Pool._make
 
     def make(
-        kind: tuple[bool, bool, int | None], *, ahead: bool, warm_await: bool = False
+        kind: tuple[bool, bool, int | None], *, ahead: bool, warm: Warm = (False, False)
     ) -> Child:
         making.set()
         held.wait(30)
-        child = real_make(kind, ahead=ahead, warm_await=warm_await)
+        child = real_make(kind, ahead=ahead, warm=warm)
         made.append(child)
         return child
 
@@ -374,25 +376,29 @@ async def test_only_a_child_forked_ahead_warms_up(monkeypatch: pytest.MonkeyPatc
     assert all(asked[2:]), asked
 
 
-async def test_a_pool_warms_up_for_programs_that_await_while_it_sees_them(
+async def test_a_pool_warms_up_for_calls_and_awaits_while_it_sees_them(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A pool warms its children up for a program that awaits (an event loop run once:
-    memory and CPU that a program that never awaits does not repay) only once a program
-    that looks as if it awaits has taken one, and stops once ``AWAIT_MEMORY`` runs in a
-    row have not; a child so warmed runs such a program as a fresh interpreter would."""
+    """A pool warms its children up for a program that calls tools, and for one that
+    awaits (a first call, an event loop run once: memory and CPU that other programs do
+    not repay), only once a run with tools, or a program that looks as if it awaits, has
+    taken one, and stops once ``WARM_MEMORY`` runs in a row have not been so; a child so
+    warmed runs such a program as a fresh interpreter would."""
     from protocol import ForkRequest as real
 
-    warmed: list[bool] = []  # warm_await of each child made ahead
+    warmed: list[tuple[bool, bool]] = []  # (warm_calls, warm_await) of each made ahead
 
     def recorded(**fields: object) -> object:
         request = real(**fields)  # type: ignore[arg-type]
         if request.warm_up:
-            warmed.append(request.warm_await)
+            warmed.append((request.warm_calls, request.warm_await))
         return request
 
+    def echo(value: object) -> object:
+        return value
+
     monkeypatch.setattr(_supervisor, "ForkRequest", recorded)
-    monkeypatch.setattr(_supervisor, "AWAIT_MEMORY", 2)
+    monkeypatch.setattr(_supervisor, "WARM_MEMORY", 2)
     awaiting = "import asyncio\nawait asyncio.sleep(0, 'awaited')"
     # (No await: the program asks for the current loop outside one, and gets a new one.)
     loop_outside = (
@@ -403,16 +409,34 @@ async def test_a_pool_warms_up_for_programs_that_await_while_it_sees_them(
         "loop.close()\n"
         "[got, asyncio.run(asyncio.sleep(0, 'ran'))]"
     )
-    runs = [("1", 1), (awaiting, "awaited"), (loop_outside, ["slept", "ran"]), ("3", 3), ("4", 4)]
+    runs: list[tuple[str, object, list[Callable[..., object]]]] = [
+        ("1", 1, []),
+        ("host.echo(2)", 2, [echo]),
+        (awaiting, "awaited", []),
+        (loop_outside, ["slept", "ran"], []),
+        ("await host.echo(5)", 5, [echo]),
+        ("6", 6, []),
+        ("7", 7, []),
+    ]
     with Pool(size=1) as pool:
-        for program, value in runs:
-            result = await sandbox.run(program, spawn=pool, budget=Budget(wall_clock=30))
+        for program, value, tools in runs:
+            result = await sandbox.run(
+                program, tools=tools, spawn=pool, budget=Budget(wall_clock=30)
+            )
             assert result.ok, (program, result.error)
             assert result.value == value
             assert pool.wait_full()
     # The first run found the pool empty; after each run, the child made to take its
-    # place: warmed once an awaiting program was seen, until two runs in a row were not.
-    assert warmed == [False, True, True, True, False]
+    # place: warmed once a run was so, until two runs in a row were not.
+    assert warmed == [
+        (False, False),
+        (True, False),
+        (True, True),
+        (False, True),
+        (True, True),
+        (True, True),
+        (False, False),
+    ]
     assert _supervisor.looks_awaiting(awaiting)
     assert not _supervisor.looks_awaiting("sum(range(10))")
 
