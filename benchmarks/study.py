@@ -1299,16 +1299,6 @@ def measure_tool(before: set[int]) -> sandbox.Tool:
     return sandbox.Tool(measure)
 
 
-#: A program that awaits, with nothing to call: what makes a pool warm its children up for
-#: such programs (``sandbox.Pool``).
-AWAITING_PROGRAM: Final = "import asyncio\nawait asyncio.sleep(0, 'awaited')"
-
-
-def expect_awaited(result: sandbox.RunResult) -> str | None:
-    """:data:`AWAITING_PROGRAM`'s check."""
-    return None if result.value == "awaited" else f"value {result.value!r}, not 'awaited'"
-
-
 async def _idle_memory(
     rec: Recorder, pool: sandbox.Pool, cell: str, into: list[dict[str, Any]], limit: float
 ) -> None:
@@ -1356,13 +1346,15 @@ async def measure_memory(rec: Recorder, sizes: Sizes) -> dict[str, Any]:
     async with _pools(CHILD_LEVELS, sizes.memory_pool_size, t) as pools:
         for level, pool in pools.items():
             await _idle_memory(rec, pool, f"idle/{level}", idle[level], t)
-        # A pool that has seen a program that awaits warms the children it makes next for
-        # such programs too: as many such runs as the pool holds, and every idle child is
-        # one of those.
+        # A pool that has seen a program that calls a tool and awaits warms the children
+        # it makes next for such programs too: as many such runs as the pool holds, and
+        # every idle child is one of those.
         for level, pool in pools.items():
             for i in range(pool.size):
                 await anyio.to_thread.run_sync(pool.wait_full, t)  # (an idle child each)
-                _, _, problem = await timed_run(AWAITING_PROGRAM, level, pool, expect_awaited, t)
+                _, _, problem = await timed_run(
+                    AWAIT_PROGRAM, level, pool, expect_await, t, tools=(ECHO,)
+                )
                 if problem is not None:
                     rec.fail("memory", f"idle_awaiting/{level}", i, problem)
             await _idle_memory(rec, pool, f"idle_awaiting/{level}", idle_awaiting[level], t)
@@ -1579,7 +1571,8 @@ def _sustained_targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _memory_target(doc: dict[str, Any]) -> dict[str, Any]:
     """The largest idle confined child, of a fresh pool's and of one warmed for programs
-    that await (a study before the pools warmed for them has the first only)."""
+    that call tools and await (a study before the pools warmed for them has the first
+    only)."""
     mem = doc.get("memory") or {}
     s = (mem.get("idle") or {}).get("confined", {}).get("summary")
     warmed = (mem.get("idle_awaiting") or {}).get("confined", {}).get("summary")
@@ -1590,7 +1583,7 @@ def _memory_target(doc: dict[str, Any]) -> dict[str, Any]:
     if "idle_awaiting" in mem:
         detail = (
             f"a fresh pool's children: max {_n(s and s['uss_mb']['max'])} MB, {detail}; "
-            f"warmed for programs that await: max {_n(warmed and warmed['uss_mb']['max'])} "
+            f"warmed for calls and awaits: max {_n(warmed and warmed['uss_mb']['max'])} "
             f"MB, mean {_n(warmed and warmed['uss_mb']['mean'])} MB over "
             f"{warmed['n'] if warmed else 0} children"
         )
@@ -1722,7 +1715,7 @@ def plan(rec: Recorder, sizes: Sizes) -> None:
         rec.add(f"memory/idle/{level}", f"memory    idle {level}", sizes.memory_pool_size)
         rec.add(
             f"memory/idle_awaiting/{level}",
-            f"memory    idle {level}, warmed for awaiting",
+            f"memory    idle {level}, warmed for calls and awaits",
             sizes.memory_pool_size,
         )
     rec.add("memory/zygote", "memory    zygote", 1)
@@ -2669,7 +2662,7 @@ def _memory_lines(doc: dict[str, Any], plot_of: dict[str, str]) -> list[str]:
         s = entry.get("summary")
         lines.append(
             row(
-                f"idle warm {level} child (pool), warmed for programs that await",
+                f"idle warm {level} child (pool), warmed for calls and awaits",
                 s,
                 _ratio(_div(s and s["uss_mb"]["max"], bare_uss)),
             )

@@ -589,9 +589,9 @@ def _outcomes(doc: dict[str, Any]) -> dict[str, tuple[str, bool]]:
 
 
 def test_the_memory_target_takes_the_larger_of_a_fresh_and_a_warmed_child() -> None:
-    """A pool warms its children for programs that await once it has seen one: the idle
-    child's figure is the largest of both kinds, whichever it is; a study from before
-    (no warmed children) is judged on the fresh pool's alone."""
+    """A pool warms its children for programs that call tools and await once it has seen
+    one: the idle child's figure is the largest of both kinds, whichever it is; a study
+    from before (no warmed children) is judged on the fresh pool's alone."""
 
     def summary(uss: float) -> dict[str, Any]:
         return {"n": 2, "uss_mb": {"mean": uss - 0.1, "max": uss}}
@@ -602,7 +602,7 @@ def test_the_memory_target_takes_the_larger_of_a_fresh_and_a_warmed_child() -> N
         doc["memory"]["idle_awaiting"] = {"confined": {"summary": summary(warmed)}}
         (row,) = [t for t in study.evaluate_targets(doc) if t["id"] == "idle_confined_child_uss_mb"]
         assert (row["measured"], row["verdict"]) == (max(fresh, warmed), verdict)
-        assert f"warmed for programs that await: max {warmed:g} MB" in row["detail"]
+        assert f"warmed for calls and awaits: max {warmed:g} MB" in row["detail"]
     doc = _measured({"idle_confined_child_uss_mb": 3.9})
     (row,) = [t for t in study.evaluate_targets(doc) if t["id"] == "idle_confined_child_uss_mb"]
     assert (row["measured"], row["verdict"]) == (3.9, "PASS")
