@@ -9,8 +9,9 @@ Usage::
 Not a timing claim: a reliability one, for the guarantee a run makes since it returns
 before its remains are cleared (:mod:`sandbox._children._remains`): once every run has
 returned and the host has cleared every remains, nothing of any run is left. The runs mix
-four programs, in turn: a trivial one, one host call, one that forks a child that sleeps
-(killed with the run), and, every 50th run, one that outlives its 0.5 s wall clock. While
+five programs, in turn: a trivial one, one host call, one that forks a child that sleeps
+(killed with the run), one that awaits two host calls together, and, every 50th run, one
+that outlives its 0.5 s wall clock. While
 they run, the number of remains waiting to be cleared is sampled after every run and must
 never pass its bound. At the end the host closes its pools and removes the workspaces it
 keeps for runs to come (one per kind of run forked on demand, as closing the host does),
@@ -51,6 +52,9 @@ if os.fork() == 0:
     os._exit(0)
 1
 """
+#: A program that awaits two host calls together (a pool that has seen it warms the
+#: children it makes next for such programs).
+AWAITS = "import asyncio\nawait asyncio.gather(host.echo({i}), host.echo({i} + 1))"
 #: Every this many runs, a program that outlives its wall clock of this many seconds.
 SLOW_EVERY = 50
 SLOW_WALL_CLOCK = 0.5
@@ -68,7 +72,8 @@ def _program(i: int) -> tuple[str, Budget, Any]:
         ("1", Budget(wall_clock=20), 1),
         (f"host.echo({i})", Budget(wall_clock=20), i),
         (FORKS, Budget(wall_clock=20), 1),
-    ][i % 3]
+        (AWAITS.format(i=i), Budget(wall_clock=20), [i, i + 1]),
+    ][i % 4]
 
 
 def _as_expected(result: RunResult, expected: Any) -> bool:
