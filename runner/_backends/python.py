@@ -291,6 +291,10 @@ _AWAITING_WARM_UP: Final = (
 )
 
 
+#: The warm-up tool's call shape (:class:`_Loopback`).
+_WARM_UP_SIGNATURE: Final = "echo(value, /, *more, key=None, **keys)"
+
+
 @final
 class _Loopback:
     """A call channel that goes nowhere, for the warm-up: a host with one tool, ``echo``,
@@ -305,7 +309,10 @@ class _Loopback:
         self._calls_read, calls_write = os.pipe()
         answers_read, self._answers_write = os.pipe()
         self._client = Client(answers_read, calls_write)
-        self.host = Host(self._client, (StartBinding(name="echo"),))
+        # A call shape with every kind of parameter: a run's tools come with one, read
+        # (``parse_signature``) and bound on each call.
+        binding = StartBinding(name="echo", signature=_WARM_UP_SIGNATURE)
+        self.host = Host(self._client, (binding,))
 
     def answer(self, *call_ids: str) -> None:
         for call_id in call_ids:
