@@ -329,21 +329,25 @@ async def test_a_child_that_cannot_start_says_why(
     assert "nonexistent-cgroup-of-this-test" in result.error
 
 
+#: A program that asks for the current loop outside one (it never awaits), and expects a
+#: new one, as a fresh interpreter gives it; then runs one with ``asyncio.run``.
+LOOP_OUTSIDE = (
+    "import asyncio, warnings\n"
+    "warnings.simplefilter('ignore')  # (get_event_loop outside a loop is deprecated)\n"
+    "loop = asyncio.get_event_loop()\n"
+    "got = loop.run_until_complete(asyncio.sleep(0, 'slept'))\n"
+    "loop.close()\n"
+    "[got, asyncio.run(asyncio.sleep(0, 'ran'))]"
+)
+
+
 @pytest.mark.parametrize("level", child_levels())
 async def test_asyncio_in_a_child_is_as_new_after_the_warm_ups(level: Level) -> None:
     """The zygote runs an event loop once before it forks (its pages, not each child's,
     take the first run's writes), and a pool's child once more before it is ready; each
     leaves a policy that has made no loop: a program that asks for the current loop
     outside one still gets a new one, as in a fresh interpreter."""
-    program = (
-        "import asyncio, warnings\n"
-        "warnings.simplefilter('ignore')  # (get_event_loop outside a loop is deprecated)\n"
-        "loop = asyncio.get_event_loop()\n"
-        "got = loop.run_until_complete(asyncio.sleep(0, 'slept'))\n"
-        "loop.close()\n"
-        "[got, asyncio.run(asyncio.sleep(0, 'ran'))]"
-    )
-    result = await sandbox.run(program, level=level)
+    result = await sandbox.run(LOOP_OUTSIDE, level=level)
     assert result.ok, result.error
     assert result.value == ["slept", "ran"]
 
@@ -400,20 +404,11 @@ async def test_a_pool_warms_up_for_calls_and_awaits_while_it_sees_them(
     monkeypatch.setattr(_supervisor, "ForkRequest", recorded)
     monkeypatch.setattr(_supervisor, "WARM_MEMORY", 2)
     awaiting = "import asyncio\nawait asyncio.sleep(0, 'awaited')"
-    # (No await: the program asks for the current loop outside one, and gets a new one.)
-    loop_outside = (
-        "import asyncio, warnings\n"
-        "warnings.simplefilter('ignore')  # (get_event_loop outside a loop is deprecated)\n"
-        "loop = asyncio.get_event_loop()\n"
-        "got = loop.run_until_complete(asyncio.sleep(0, 'slept'))\n"
-        "loop.close()\n"
-        "[got, asyncio.run(asyncio.sleep(0, 'ran'))]"
-    )
     runs: list[tuple[str, object, list[Callable[..., object]]]] = [
         ("1", 1, []),
         ("host.echo(2)", 2, [echo]),
         (awaiting, "awaited", []),
-        (loop_outside, ["slept", "ran"], []),
+        (LOOP_OUTSIDE, ["slept", "ran"], []),
         ("await host.echo(5)", 5, [echo]),
         ("6", 6, []),
         ("7", 7, []),
