@@ -306,8 +306,15 @@ class _Loopback:
     """
 
     def __init__(self) -> None:
-        self._calls_read, calls_write = os.pipe()
-        answers_read, self._answers_write = os.pipe()
+        fds: list[int] = []
+        try:
+            for _ in range(2):
+                fds.extend(os.pipe())
+        except OSError:
+            for fd in fds:  # (the first pipe, when the second could not be had)
+                os.close(fd)
+            raise
+        self._calls_read, calls_write, answers_read, self._answers_write = fds
         self._client = Client(answers_read, calls_write)
         # A call shape with every kind of parameter: a run's tools come with one, read
         # (``parse_signature``) and bound on each call.

@@ -409,3 +409,29 @@ def test_a_warm_up_without_descriptors_to_spare_is_skipped(
     assert python._warm_up_calls() == []
     python.PythonBackend().prepare_for(calls=True, awaits=False)  # (raises nothing)
     assert python._warm_up_with(python._AWAITING_WARM_UP, "1", "2") == []
+
+
+def test_a_warm_up_that_gets_one_pipe_of_two_closes_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first pipe made, the second refused: the warm-up is skipped and the first
+    pipe's two descriptors are closed, not left to the program."""
+    import errno
+    import os
+
+    from runner._backends import python
+
+    real_pipe = os.pipe
+    made: list[int] = []
+
+    def one_pipe_only() -> tuple[int, int]:
+        if made:
+            raise OSError(errno.EMFILE, "Too many open files")
+        read, write = real_pipe()
+        made.extend((read, write))
+        return read, write
+
+    monkeypatch.setattr(os, "pipe", one_pipe_only)
+    assert python._warm_up_calls() == []
+    assert len(made) == 2
+    for fd in made:
+        with pytest.raises(OSError):
+            os.fstat(fd)
