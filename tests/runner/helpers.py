@@ -8,6 +8,7 @@ protocol's anyio roles (:class:`~protocol.Starter` and :class:`~protocol.Server`
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import anyio
 import msgspec
+import pytest
 
 from protocol import (
     VERSION,
@@ -164,3 +166,31 @@ async def run_program(
                 child.start.close()  # done with the run: the runner may exit now
         status, stdout, stderr = child.finish()
     return Run(result, server.statistics(), status, stdout, stderr)
+
+
+def one_pipe_then_emfile(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Make ``os.pipe`` give one pipe, then fail with ``EMFILE``; returns the descriptors
+    of the pipe it gave (filled when it gives it), for the test to check they were
+    closed (:func:`assert_closed`)."""
+    real_pipe = os.pipe
+    made: list[int] = []
+
+    def one_pipe_only() -> tuple[int, int]:
+        if made:
+            raise OSError(errno.EMFILE, "Too many open files")
+        read, write = real_pipe()
+        made.extend((read, write))
+        return read, write
+
+    monkeypatch.setattr(os, "pipe", one_pipe_only)
+    return made
+
+
+def assert_closed(fds: Sequence[int]) -> None:
+    """Every descriptor of ``fds`` is closed."""
+    for fd in fds:
+        try:
+            os.fstat(fd)
+        except OSError:
+            continue
+        raise AssertionError(f"descriptor {fd} is still open")

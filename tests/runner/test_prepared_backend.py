@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import errno
 import os
 from collections.abc import Iterator
 
@@ -11,6 +10,8 @@ import pytest
 from protocol import Client, Start
 from runner import _main
 from runner._backends import DEFAULT_BACKEND, Outcome
+
+from .helpers import assert_closed, one_pipe_then_emfile
 
 
 class _Counting:
@@ -132,18 +133,7 @@ def test_a_rehearsal_without_descriptors_to_spare_says_so(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """No pipe to be had: the rehearsal is skipped (False), nothing raised, nothing left."""
-    real_pipe = os.pipe
-    made: list[int] = []
-
-    def one_pipe_only() -> tuple[int, int]:
-        if made:
-            raise OSError(errno.EMFILE, "Too many open files")
-        read, write = real_pipe()
-        made.extend((read, write))
-        return read, write
-
-    monkeypatch.setattr(os, "pipe", one_pipe_only)
+    made = one_pipe_then_emfile(monkeypatch)
     assert not _main.rehearse()
-    for fd in made:
-        with pytest.raises(OSError):
-            os.fstat(fd)
+    assert len(made) == 2
+    assert_closed(made)

@@ -10,7 +10,7 @@ import pytest
 
 from protocol import CallError, Kind, Request, StartBinding
 
-from .helpers import ROOT, run_program
+from .helpers import ROOT, assert_closed, one_pipe_then_emfile, run_program
 
 pytestmark = pytest.mark.anyio
 
@@ -414,24 +414,9 @@ def test_a_warm_up_without_descriptors_to_spare_is_skipped(
 def test_a_warm_up_that_gets_one_pipe_of_two_closes_it(monkeypatch: pytest.MonkeyPatch) -> None:
     """The first pipe made, the second refused: the warm-up is skipped and the first
     pipe's two descriptors are closed, not left to the program."""
-    import errno
-    import os
-
     from runner._backends import python
 
-    real_pipe = os.pipe
-    made: list[int] = []
-
-    def one_pipe_only() -> tuple[int, int]:
-        if made:
-            raise OSError(errno.EMFILE, "Too many open files")
-        read, write = real_pipe()
-        made.extend((read, write))
-        return read, write
-
-    monkeypatch.setattr(os, "pipe", one_pipe_only)
+    made = one_pipe_then_emfile(monkeypatch)
     assert python._warm_up_calls() == []
     assert len(made) == 2
-    for fd in made:
-        with pytest.raises(OSError):
-            os.fstat(fd)
+    assert_closed(made)
