@@ -5,6 +5,7 @@ in every command; each is lifted by ``None`` (``none`` on the command line), ite
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -208,22 +209,24 @@ async def test_a_run_of_the_default_budget_writes_no_cgroup_limit_on_its_path(
     from sandbox._engine import _process
 
     written: list[tuple[int | None, int | None]] = []
-    applying = False
+    applying: int | None = None  # the thread applying a run's limits, while it does
     hierarchy = _cgroups.hierarchy()
     real_set, real_apply = hierarchy.set_limits, _process._Run._apply_limits
 
     def set_limits(dirs: object, *, memory: int | None, pids: int | None) -> None:
-        if applying:
+        # (The background thread makes the next runs' cgroups meanwhile, with their
+        # limits: those writes are not on a run's path.)
+        if applying == threading.get_ident():
             written.append((memory, pids))
         real_set(dirs, memory=memory, pids=pids)  # type: ignore[arg-type]
 
     def apply_limits(run: _process._Run) -> None:
         nonlocal applying
-        applying = True
+        applying = threading.get_ident()
         try:
             real_apply(run)
         finally:
-            applying = False
+            applying = None
 
     monkeypatch.setattr(hierarchy, "set_limits", set_limits)
     monkeypatch.setattr(_process._Run, "_apply_limits", apply_limits)
