@@ -689,10 +689,7 @@ def _load_backend(args: Arguments) -> Backend | None:
     backend = _prepared.get(args.backend)
     if backend is not None:
         if args.warm_up:
-            backend.prepare()
-            if args.warm_calls or args.warm_await:
-                prepare_for(backend, calls=args.warm_calls, awaits=args.warm_await)
-            rehearse()
+            warm_up(backend, calls=args.warm_calls, awaits=args.warm_await)
         return backend
     try:
         backend = get_backend(args.backend)
@@ -704,11 +701,15 @@ def _load_backend(args: Arguments) -> Backend | None:
     return backend
 
 
-def prepare_for(backend: Backend, *, calls: bool, awaits: bool) -> None:
-    """``backend.prepare_for(...)``, if it has one (see :class:`runner.Backend`)."""
-    prepare: Callable[..., object] | None = getattr(backend, "prepare_for", None)
-    if prepare is not None:
-        prepare(calls=calls, awaits=awaits)
+def warm_up(backend: Backend, *, calls: bool, awaits: bool) -> None:
+    """Every warm-up, in a template or a child forked ahead: ``backend.prepare()``; its
+    ``prepare_for(calls=, awaits=)`` where asked and where it has one (see
+    :class:`runner.Backend`); then :func:`rehearse`."""
+    backend.prepare()
+    prepare_for: Callable[..., object] | None = getattr(backend, "prepare_for", None)
+    if prepare_for is not None and (calls or awaits):
+        prepare_for(calls=calls, awaits=awaits)
+    rehearse()
 
 
 def rehearse() -> bool:
