@@ -593,21 +593,22 @@ class Pool:
         use_cgroups: bool,
         disk_bytes: int | None = DEFAULT_DISK_BYTES,
         calls: bool = False,
-        awaits: bool = False,
+        program: str = "",
     ) -> Child:
         """A child for one run: an idle one, or, if the pool is empty, one made for it.
 
         The child's :attr:`Child.refill` tops the pool up again in the background; the run
         calls it once it is over, so that making the replacement is not on its path. A run
         that finds the pool empty makes its own child and no more: filling the pool is the
-        background's work. ``calls``: the run has tools to call; ``awaits``: its program
-        looks as if it awaits (the children made next are warmed up for such runs: see
-        the class docstring).
+        background's work. ``calls``: the run has tools to call; ``program``: its program,
+        which may look as if it awaits (the children made next are warmed up for such
+        runs: see the class docstring).
 
         Raises:
             SpawnFailed: no child could be made.
         """
         kind = kind_of(confined, use_cgroups, disk_bytes)
+        awaits = looks_awaiting(program)
         with self._lock:
             taken = self._taken[kind] = self._taken.get(kind, 0) + 1
             if calls:
@@ -766,13 +767,13 @@ async def acquire(
     use_cgroups: bool,
     disk_bytes: int | None = DEFAULT_DISK_BYTES,
     calls: bool = False,
-    awaits: bool = False,
+    program: str = "",
 ) -> Child:
     """A child for one run, requested the way ``spawn`` says; not yet known to be ready.
 
     ``disk_bytes``: the size of a confined run's file system (None: no bound).
-    ``calls``, ``awaits``: the run has tools to call; its program looks as if it awaits
-    (a pool learns from them).
+    ``calls``, ``program``: whether the run has tools to call, and its program (a pool
+    learns from them; only a pool reads the program's text).
 
     Raises:
         SpawnFailed: the child could not be requested.
@@ -786,7 +787,7 @@ async def acquire(
             use_cgroups=use_cgroups,
             disk_bytes=disk_bytes,
             calls=calls,
-            awaits=awaits,
+            program=program,
         )
     else:
         get = functools.partial(

@@ -88,7 +88,6 @@ from .._children import (
     Spawn,
     acquire,
     kill_tree,
-    looks_awaiting,
     python_stack,
 )
 from .._errors import SpawnFailed
@@ -379,7 +378,7 @@ async def run_process(
         use_cgroups=use_cgroups,
         disk_bytes=given(budget.max_disk),
         calls=len(toolset) > 0,
-        awaits=looks_awaiting(program),
+        program=program,
     )
     run = _Run(child, budget, level, t0, stack_wanted=stack_on_timeout, on_output=on_output)
     try:
