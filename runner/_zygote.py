@@ -856,6 +856,7 @@ def _prepare() -> None:
     # paths, in every child (runner._relocate); then the warm-ups (of a program that awaits
     # too), whose first run's writes land in the zygote's own pages.
     _relocate.relocate()
+    _main.prepare_stdio()
     _main.warm_up(backend, calls=True, awaits=True)
     _main.keep_prepared(DEFAULT_BACKEND, backend)
 

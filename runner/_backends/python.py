@@ -131,7 +131,8 @@ class PythonBackend:
     def prepare(self) -> None:
         """Give the program ``exit`` and ``quit``, which ``site`` (off in the runner) adds,
         warm the path from source to value (:func:`_warm_up`), and find the interpreter's
-        real file while the host's view is still there.
+        real file while the host's view is still there (once: a child forked from a
+        template that prepared this backend has it already).
 
         Nothing else to load: ast, linecache and types are loaded with the runner itself.
         """
@@ -139,7 +140,7 @@ class PythonBackend:
             if not hasattr(builtins, name):
                 setattr(builtins, name, _Exit(name))
         _warm_up()
-        if self._as_main and sys.executable:
+        if self._as_main and sys.executable and not self._interpreter:
             self._interpreter = os.path.realpath(sys.executable)
 
     def prepare_for(self, *, calls: bool, awaits: bool) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -137,3 +138,43 @@ def test_a_rehearsal_without_descriptors_to_spare_says_so(
     assert not _main.rehearse()
     assert len(made) == 2
     assert_closed(made)
+
+
+def test_a_rehearsal_frames_its_start_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rehearsal's Start is framed once (a template's children use that frame): two
+    rehearsals, one framing, both all the way through."""
+    from protocol import StarterCore
+
+    framed: list[Start] = []
+    real = StarterCore.send_start
+
+    def counting(self: StarterCore, start: Start) -> bytearray:
+        framed.append(start)
+        return real(self, start)
+
+    _main._rehearsal_frame.cache_clear()
+    monkeypatch.setattr(StarterCore, "send_start", counting)
+    try:
+        assert _main.rehearse()
+        assert _main.rehearse()
+    finally:
+        _main._rehearsal_frame.cache_clear()
+    assert framed == [_main._REHEARSAL]
+
+
+def test_a_prepared_backend_finds_the_interpreter_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A child prepares the template's backend again (its warm-up): the interpreter's real
+    file, found by the template, is not looked for again."""
+    from runner._backends.python import PythonBackend
+
+    backend = PythonBackend()
+    backend.prepare()
+    found = backend._interpreter
+    assert found == os.path.realpath(sys.executable)
+
+    def refuse(path: str) -> str:
+        raise AssertionError(f"looked for {path} again")
+
+    monkeypatch.setattr(os.path, "realpath", refuse)
+    backend.prepare()
+    assert backend._interpreter == found
