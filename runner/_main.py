@@ -702,6 +702,10 @@ def serve(args: Arguments) -> int:
     # a runner forked from the zygote makes writes to pages it shares with it).
     runner = Runner(*args.start_fds)
     client = Client(*args.call_fds)
+    if args.warm_up:  # forked ahead: what its one run would make first, made now
+        ahead: Callable[..., object] | None = getattr(backend, "ahead_of_run", None)
+        if ahead is not None:
+            ahead(awaits=args.warm_await)
     _ready(args.ready_fd, READY_OK)
     start = _await_start(runner, args.start_timeout, early=early)
     if start is None:

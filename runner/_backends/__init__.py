@@ -95,6 +95,12 @@ class Backend(Protocol):
         call, an event loop's first run), which costs a child memory and time that other
         programs do not repay. The zygote calls it once with both; a runner forked ahead
         calls it for what the host expects of its program.
+
+        And ``ahead_of_run(*, awaits: bool)``: called in a runner forked ahead of its one
+        run only (never in the zygote), once its walls are up, before it says ready: what
+        that run alone will use, made now (the Python backend: an event loop, where the
+        program may await). Whatever it makes must be invisible to a program that does
+        not use it.
         """
         ...
 
