@@ -73,7 +73,7 @@ from ._start import RunnerCore, StarterCore
 
 if TYPE_CHECKING:
     from ._channel import FdChannel
-    from ._server import Handler, Server
+    from ._server import Handler, Pumped, Server
     from ._starter import Starter
 
 __all__ = [
@@ -115,6 +115,7 @@ __all__ = [
     "LocalProtocolError",
     "Message",
     "ProtocolError",
+    "Pumped",
     "RemoteFrameTooLarge",
     "RemoteProtocolError",
     "Request",
@@ -150,6 +151,7 @@ del _name, _obj
 _LAZY = {
     "FdChannel": "._channel",
     "Handler": "._server",
+    "Pumped": "._server",
     "Server": "._server",
     "Starter": "._starter",
 }

@@ -105,7 +105,7 @@ class FdChannel:
         Raises:
             as :meth:`receive`; and what ``core`` raises.
         """
-        while not self._feed_nowait(core):
+        while not self.feed_nowait(core):
             await self._wait_readable()
         if self._long_streak():
             await anyio.lowlevel.checkpoint()
@@ -118,16 +118,20 @@ class FdChannel:
         Raises:
             as :meth:`feed`.
         """
-        if not self._feed_nowait(core):
+        if not self.feed_nowait(core):
             self._streak = 0
             return False
         if self._long_streak():
             await anyio.lowlevel.checkpoint()
         return True
 
-    def _feed_nowait(self, core: Receiver) -> bool:
+    def feed_nowait(self, core: Receiver) -> bool:
         """One read of what is there now into ``core`` (its buffer, or bytes); False if
-        nothing is."""
+        nothing is.
+
+        Raises:
+            as :meth:`receive_nowait`; and what ``core`` raises.
+        """
         view = core.receive_buffer()
         if view is None:
             data = self.receive_nowait()

@@ -28,6 +28,12 @@ answer the channel would not take whole), not with ``serve``: a run whose calls 
 answered inline, or that makes none, spawns no task at all (two task spawns and their
 cancellation cost about 0.1 ms of the host's work per run).
 
+A host that already waits on the call channel among other descriptors can go further and
+start no task for ``serve`` either, until one is needed: :meth:`Server.pump` answers what
+the child has sent so far without waiting, inline calls only, and says when ``serve``
+must take over (a call that needs a task of its own, an answer the channel would not
+take whole). ``serve`` then goes on from there.
+
 How ``serve`` ends:
 
 * the child closes its end (EOF): handlers still running are cancelled and ``serve``
@@ -40,11 +46,13 @@ How ``serve`` ends:
 
 from __future__ import annotations
 
+import enum
 import inspect
 import math
 from collections import deque
-from collections.abc import Awaitable, Callable
-from typing import Final, final
+from collections.abc import Awaitable, Callable, Coroutine
+from functools import partial
+from typing import Any, Final, final
 
 import anyio
 import anyio.abc
@@ -57,7 +65,7 @@ from ._frames import Signal
 from ._kinds import Kind
 from ._messages import Request
 
-__all__ = ["MAX_BACKLOG_BYTES", "Handler", "Server"]
+__all__ = ["MAX_BACKLOG_BYTES", "Handler", "Pumped", "Server"]
 
 #: A tool call's handler: returns the value (inline) or an awaitable of it (own task).
 #: Raise :class:`~protocol.CallError` to classify a failure; anything else is ``unknown``.
@@ -66,6 +74,24 @@ Handler = Callable[[Request], "str | Awaitable[str]"]
 #: Bytes of answers the parent holds for a child that is not reading before it stops
 #: reading that child's calls: two maximal frames, so one large answer never stalls.
 MAX_BACKLOG_BYTES: Final = 2 * MAX_FRAME_BYTES
+
+#: Reads one :meth:`Server.pump` makes at most, so that a child that keeps writing cannot
+#: keep the caller from its event loop.
+PUMP_READS: Final = 8
+
+
+class Pumped(enum.Enum):
+    """What :meth:`Server.pump` leaves its caller to do."""
+
+    #: Everything the child sent is answered: call ``pump`` again when the channel is
+    #: readable.
+    WATCH = "watch"
+    #: Start :meth:`Server.serve` now: a call needs a task of its own (or the answers a
+    #: writer), and ``serve`` starts it and goes on reading; ``pump`` may not be called
+    #: again.
+    SERVE = "serve"
+    #: The child closed its end (or the channel was closed here): nothing more to serve.
+    ENDED = "ended"
 
 
 @final
@@ -87,6 +113,8 @@ class Server:
         self._channel = channel
         self._handler = handler
         self._tg: anyio.abc.TaskGroup | None = None
+        # Tasks wanted while no task group runs (pump): serve starts them first.
+        self._wanted: list[Callable[[], Coroutine[Any, Any, None]]] = []
         self._scopes: dict[str, anyio.CancelScope] = {}
         self._unstarted: dict[str, Awaitable[str]] = {}
         # The write backlog (see the module docstring).
@@ -124,6 +152,9 @@ class Server:
         try:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
+                for task in self._wanted:
+                    tg.start_soon(task)
+                self._wanted.clear()
                 try:
                     await self._read_loop()
                 except anyio.ClosedResourceError:
@@ -137,12 +168,69 @@ class Server:
                 raise self._error
         finally:
             self._tg = None
-            self._channel.close()
-            self._core.abandon_all()
-            for aw in self._unstarted.values():
-                if inspect.iscoroutine(aw):
-                    aw.close()  # a task cancelled before it ran never awaited its handler
-            self._unstarted.clear()
+            self.close()
+
+    def close(self) -> None:
+        """Close the channel and forget the calls in flight, as ``serve`` does when it
+        ends: for a caller that pumped and never started ``serve`` (or started it, and
+        ended the run before it ran). Idempotent."""
+        self._channel.close()
+        self._core.abandon_all()
+        for aw in self._unstarted.values():
+            if inspect.iscoroutine(aw):
+                aw.close()  # a task cancelled before it ran never awaited its handler
+        self._unstarted.clear()
+        self._wanted.clear()
+
+    def pump(self) -> Pumped:
+        """Answer what the child has sent so far, without waiting and without a task:
+        read what the channel holds now (a few reads at most) and dispatch each whole
+        call, as ``serve`` would. A call answered inline is answered here; the first that
+        needs a task (its handler returned an awaitable), or an answer the channel would
+        not take whole, leaves the rest to ``serve`` (:attr:`Pumped.SERVE`).
+
+        Raises:
+            RemoteProtocolError: the child broke the protocol.
+            anyio.BrokenResourceError: the channel failed (the child closed its reading
+                end, say).
+            RuntimeError: ``serve`` has started.
+        """
+        if self._served:
+            raise RuntimeError("Server.pump() once serve has started")
+        core = self._core
+        reads = 0
+        while not self._wanted:
+            if self._error is not None:
+                raise self._error
+            item = core.next_request()
+            if item is Signal.NEED_DATA:
+                if reads == PUMP_READS:
+                    return Pumped.WATCH
+                try:
+                    if not self._channel.feed_nowait(core):
+                        return Pumped.WATCH
+                except anyio.ClosedResourceError:
+                    return Pumped.ENDED
+                reads += 1
+                continue
+            if item is Signal.CLOSED:
+                return Pumped.ENDED
+            assert isinstance(item, Request)
+            refusal = core.admit(item)
+            if refusal is not None:
+                self._send(refusal)
+            else:
+                self._dispatch(item)
+        if self._error is not None:
+            raise self._error
+        return Pumped.SERVE
+
+    def _start(self, task: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Start ``task`` in serve's task group; without one (pumping), when serve starts."""
+        if self._tg is None:
+            self._wanted.append(task)
+        else:
+            self._tg.start_soon(task)
 
     # -- reading ----------------------------------------------------------------------
 
@@ -179,8 +267,7 @@ class Server:
                     call_id, request.deadline_ms, anyio.current_time(), request.tool
                 )
                 self._wake_watcher()
-                assert self._tg is not None
-                self._tg.start_soon(self._run_async, call_id)
+                self._start(partial(self._run_async, call_id))
                 return
             frame = self._settle_value(call_id, out)
         if frame is not None:
@@ -229,8 +316,7 @@ class Server:
             # The first deadline: start the watcher now (a run whose calls all settle
             # inline never pays for it). It reads the heap when it starts.
             self._watch_wake = anyio.Event()
-            assert self._tg is not None
-            self._tg.start_soon(self._watch_deadlines)
+            self._start(self._watch_deadlines)
         elif nxt < self._watch_until:
             self._watch_wake.set()
 
@@ -279,8 +365,7 @@ class Server:
                 # The first answer the pipe would not take at once: start the writer now
                 # (a run whose answers all fit never pays for it).
                 self._backlog_ready = anyio.Event()
-                assert self._tg is not None
-                self._tg.start_soon(self._write_backlog)
+                self._start(self._write_backlog)
             self._backlog_ready.set()
         else:
             self._backlog.append(memoryview(frame))

@@ -70,6 +70,7 @@ from protocol import (
     FdChannel,
     Kind,
     LocalProtocolError,
+    Pumped,
     RemoteProtocolError,
     Result,
     RunnerExit,
@@ -503,6 +504,16 @@ class _Run:
             except anyio.BrokenResourceError:
                 pass
 
+        def pump() -> Pumped:
+            try:
+                return server.pump()
+            except RemoteProtocolError as exc:
+                broke_wire.append(str(exc))
+                run_scope.cancel()
+                return Pumped.ENDED
+            except anyio.BrokenResourceError:
+                return Pumped.ENDED
+
         # One task group: the outputs' draining, the calls' serving and the CPU watcher
         # all end together once every process of the run is stopped.
         async with anyio.create_task_group() as tg:
@@ -513,7 +524,7 @@ class _Run:
             wall_clock = given(budget.wall_clock)
             with run_scope, anyio.move_on_after(wall_clock or math.inf) as wall:
                 try:
-                    result = await self._await_result(start, tg, serve)
+                    result = await self._await_result(start, tg, serve, pump)
                 except RemoteProtocolError as exc:
                     broke_wire.append(str(exc))
                 except LocalProtocolError as exc:
@@ -546,6 +557,7 @@ class _Run:
                 # (Cancelling the group cancels this task too, and takes it back: 0.1 ms
                 # of a trivial run here, which starts no task at all.)
                 tg.cancel_scope.cancel()
+        server.close()  # (what serve does as it ends, for a server only pumped)
         # Every process of the run is dead or cannot run again: what they wrote is in the
         # pipes; read it to its end.
         await self.stdout.read_rest()
@@ -572,6 +584,7 @@ class _Run:
         start: Start,
         tg: anyio.abc.TaskGroup,
         serve: Callable[[], Coroutine[Any, Any, None]],
+        pump: Callable[[], Pumped],
     ) -> Result:
         """Send ``start`` and wait for its Result, starting each of the run's other tasks
         (serving calls, draining stdout and stderr) when its descriptor first has
@@ -582,12 +595,18 @@ class _Run:
         tasks waiting on one each, then cancelled, took 0.45 ms of the host's work per run
         here. A task, once started, reads its descriptor itself until the run ends.
 
+        Calls are answered here as they come (``pump``: :meth:`protocol.Server.pump`),
+        until one needs a task of its own: only then does the serving task start, and
+        goes on from there. A run whose calls are all answered inline starts none (its
+        start, then its cancellation at the run's end, took 0.25 ms of such a run here).
+
         Raises what :meth:`protocol.Starter.start` raises (the start channel is closed
         then).
         """
         core = StarterCore()
         channel = self.start_ch
         start_fd = self.child.pipes.start_fds[0]  # (what each channel reads from)
+        call_fd = self.child.pipes.call_fds[0]
         later: dict[int, Callable[[], Coroutine[Any, Any, None]]] = {
             self.child.pipes.call_fds[0]: serve,
             self.stdout.fd: self.stdout.drain,
@@ -621,6 +640,16 @@ class _Run:
                         # readable once the start channel has nothing more.
                         continue
                     for fd, _ in events:
+                        if fd == call_fd:
+                            pumped = pump()
+                            if pumped is Pumped.WATCH:
+                                continue
+                            ready.unregister(fd)
+                            del later[fd]
+                            if pumped is Pumped.SERVE:
+                                tg.start_soon(serve)
+                                self.tasks = True
+                            continue
                         ready.unregister(fd)
                         tg.start_soon(later.pop(fd))
                         self.tasks = True

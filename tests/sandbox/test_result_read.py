@@ -16,12 +16,26 @@ import anyio.lowlevel
 import pytest
 
 import sandbox
-from protocol import VERSION, FdChannel, Result, Start, StartBudget, frame_message
+from protocol import VERSION, FdChannel, Pumped, Result, Start, StartBudget, frame_message
 from sandbox._engine import _process
 
 pytestmark = pytest.mark.anyio
 
 RESULT_ID = "r" * 32
+
+
+def _no_pump() -> Pumped:
+    raise AssertionError("no call was made: the call channel is not pumped")
+
+
+def pumping(started: list[str]) -> Any:
+    """A pump that says it ran in ``started``, and finds the channel ended."""
+
+    def pump() -> Pumped:
+        started.append("pump")
+        return Pumped.ENDED
+
+    return pump
 
 
 #: The pieces the test's channel hands out: a child that writes in small pieces, each
@@ -115,7 +129,9 @@ async def test_a_result_already_in_the_pipe_is_read_whole_and_the_loop_gets_turn
             async with anyio.create_task_group() as tg:
                 tg.start_soon(other_task)
                 await anyio.lowlevel.checkpoint()
-                result = await _process._Run._await_result(cast(Any, run), start, tg, serve)
+                result = await _process._Run._await_result(
+                    cast(Any, run), start, tg, serve, _no_pump
+                )
                 done = True
     assert result.value == value
     reads = _CountingChannel.reads
@@ -191,7 +207,9 @@ async def test_a_call_channel_ended_with_the_result_starts_no_task() -> None:
         with anyio.fail_after(10):
             async with anyio.create_task_group() as tg:
                 tg.start_soon(child)
-                result = await _process._Run._await_result(cast(Any, run), start, tg, task("calls"))
+                result = await _process._Run._await_result(
+                    cast(Any, run), start, tg, task("calls"), pumping(started)
+                )
         assert os.read(down_r, 1 << 16)  # the Start went down
     assert result.value == "1"
     assert started == []
