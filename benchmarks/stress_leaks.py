@@ -55,6 +55,9 @@ if os.fork() == 0:
 #: A program that awaits two host calls together (a pool that has seen it warms the
 #: children it makes next for such programs).
 AWAITS = "import asyncio\nawait asyncio.gather(host.echo({i}), host.echo({i} + 1))"
+#: A program that calls an inline tool twice (answered from the run's own wait, with no
+#: serving task: ``Server.pump``).
+INLINE_CALLS = "[host.quick({i}), host.quick({i} + 1)]"
 #: Every this many runs, a program that outlives its wall clock of this many seconds.
 SLOW_EVERY = 50
 SLOW_WALL_CLOCK = 0.5
@@ -62,6 +65,11 @@ SLOW_WALL_CLOCK = 0.5
 
 def echo(n: int) -> int:
     return n
+
+
+#: The tools of every run: ``echo`` in a worker thread (each call a task of its own on the
+#: host), ``quick`` the same function inline.
+TOOLS = [sandbox.Tool(echo), sandbox.Tool(echo, name="quick", inline=True)]
 
 
 def _program(i: int) -> tuple[str, Budget, Any]:
@@ -73,7 +81,8 @@ def _program(i: int) -> tuple[str, Budget, Any]:
         (f"host.echo({i})", Budget(wall_clock=20), i),
         (FORKS, Budget(wall_clock=20), 1),
         (AWAITS.format(i=i), Budget(wall_clock=20), [i, i + 1]),
-    ][i % 4]
+        (INLINE_CALLS.format(i=i), Budget(wall_clock=20), [i, i + 1]),
+    ][i % 5]
 
 
 def _as_expected(result: RunResult, expected: Any) -> bool:
@@ -123,7 +132,7 @@ async def _stress(level: Level, spawn: Spawn, runs: int, concurrency: int) -> di
             next_run += 1
             program, budget, expected = _program(i)
             result = await sandbox.run(
-                program, tools=[echo], level=level, spawn=source, budget=budget
+                program, tools=TOOLS, level=level, spawn=source, budget=budget
             )
             most_pending = max(most_pending, REMAINS.pending())
             if not _as_expected(result, expected):
