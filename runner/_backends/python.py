@@ -515,7 +515,8 @@ def _run_awaiting(
 
 def _nothing_left(loop: asyncio.AbstractEventLoop) -> bool:
     """Whether ``loop``'s teardown would run nothing of the program's (see
-    :func:`_run_awaiting`). False where its state cannot be read (not asyncio's own loop)."""
+    :func:`_run_awaiting`). False where its state cannot be read: not asyncio's own loop,
+    or asyncio itself changed by the program (the teardown then runs, as it would have)."""
     import asyncio
 
     try:
@@ -526,7 +527,7 @@ def _nothing_left(loop: asyncio.AbstractEventLoop) -> bool:
             or loop._ready  # type: ignore[attr-defined]
             or loop._scheduled  # type: ignore[attr-defined]
         )
-    except AttributeError:
+    except Exception:  # the program's own doing: as if something were left
         return False
 
 

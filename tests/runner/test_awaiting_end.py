@@ -155,11 +155,21 @@ def test_anything_left_on_the_loop_is_something_to_tear_down(
         _kept.clear()
 
 
-def test_a_loop_whose_state_cannot_be_read_is_torn_down() -> None:
+def test_a_loop_whose_state_cannot_be_read_is_torn_down(monkeypatch: pytest.MonkeyPatch) -> None:
     class Other:
         """Not asyncio's own loop: no ``_ready``, no ``_asyncgens``."""
 
     assert not _nothing_left(Other())  # type: ignore[arg-type]
+
+    def broken(loop: object = None) -> set[object]:
+        raise RuntimeError("asyncio, as a program left it")
+
+    loop = asyncio.new_event_loop()
+    try:
+        monkeypatch.setattr(asyncio, "all_tasks", broken)
+        assert not _nothing_left(loop)
+    finally:
+        loop.close()
 
 
 @pytest.mark.usefixtures("no_descriptor_left")
