@@ -481,14 +481,15 @@ def prepare_stdio() -> bool:
         return False
     saved: list[int] = []
     try:
-        saved = [os.dup(1), os.dup(2)]
-        os.dup2(ends[1], 1)
-        os.dup2(ends[1], 2)
+        saved.append(os.dup(1))  # (one at a time: what was had is closed if 2 fails)
+        saved.append(os.dup(2))
         try:
+            for fd in (1, 2):
+                os.dup2(ends[1], fd)
             _write_through()
         finally:
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
+            for fd, own in zip((1, 2), saved, strict=True):
+                os.dup2(own, fd)
     except OSError:
         return False
     finally:

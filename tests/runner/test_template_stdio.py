@@ -107,9 +107,10 @@ def test_a_child_of_the_template_keeps_the_streams_and_prints_through_its_pipe()
 
 
 def test_a_template_that_cannot_make_them_leaves_each_child_to_make_its_own() -> None:
-    """No pipe to be had: nothing made, nothing changed, and ``_write_through`` in a child
-    makes the streams as a cold runner does. With descriptor 1 closed, it stays closed
-    (the pipe's end lands there meanwhile) and nothing is left open."""
+    """No pipe to be had, or no second descriptor: nothing made, nothing changed, nothing
+    left open, and ``_write_through`` in a child makes the streams as a cold runner does.
+    With descriptor 1 closed, it stays closed (the pipe's end lands there meanwhile) and
+    nothing is left open."""
     results = _run(
         """
         streams = sys.stdout, sys.stderr, builtins.print
@@ -121,6 +122,18 @@ def test_a_template_that_cannot_make_them_leaves_each_child_to_make_its_own() ->
         os.pipe = real_pipe
         RESULTS["unchanged"] = (sys.stdout, sys.stderr, builtins.print) == streams
         fds = sorted(os.listdir("/proc/self/fd"))
+        real_dup = os.dup
+        duplicated = []
+        def second_fails(fd):
+            duplicated.append(fd)
+            if len(duplicated) == 2:
+                raise OSError(24, "Too many open files")
+            return real_dup(fd)
+        os.dup = second_fails
+        RESULTS["second dup refused"] = _main.prepare_stdio()
+        os.dup = real_dup
+        RESULTS["unchanged by it"] = (sys.stdout, sys.stderr, builtins.print) == streams
+        RESULTS["nothing left by it"] = sorted(os.listdir("/proc/self/fd")) == fds
         saved = os.dup(1)
         os.close(1)
         _main.prepare_stdio()
@@ -139,6 +152,9 @@ def test_a_template_that_cannot_make_them_leaves_each_child_to_make_its_own() ->
     assert results == {
         "no pipe": False,
         "unchanged": True,
+        "second dup refused": False,
+        "unchanged by it": True,
+        "nothing left by it": True,
         "1 still closed": True,
         "no descriptor left": True,
         "made by the child": "_Unbuffered",
