@@ -216,11 +216,7 @@ class Server:
             if item is Signal.CLOSED:
                 return Pumped.ENDED
             assert isinstance(item, Request)
-            refusal = core.admit(item)
-            if refusal is not None:
-                self._send(refusal)
-            else:
-                self._dispatch(item)
+            self._take(item)
         if self._error is not None:
             raise self._error
         return Pumped.SERVE
@@ -247,11 +243,15 @@ class Server:
             if item is Signal.CLOSED:
                 return
             assert isinstance(item, Request)
-            refusal = core.admit(item)
-            if refusal is not None:
-                self._send(refusal)
-            else:
-                self._dispatch(item)
+            self._take(item)
+
+    def _take(self, request: Request) -> None:
+        """Admit ``request`` (the cap, the quotas) and dispatch it, or answer its refusal."""
+        refusal = self._core.admit(request)
+        if refusal is not None:
+            self._send(refusal)
+        else:
+            self._dispatch(request)
 
     def _dispatch(self, request: Request) -> None:
         call_id = request.id
