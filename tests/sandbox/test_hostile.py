@@ -53,6 +53,11 @@ async def run_hostile_source(program: str, level: Level, **budget: object) -> Ru
 #: late).
 WALL_CLOCK = 1.0
 LATE = 1.5
+#: The same, where no cpu cgroup keeps the host's share of the CPU (an ordinary user's
+#: runs): the spinning program, and the suite's other workers' programs, compete with the
+#: host and a cold child's start as equals, and a run ended 3 s late once on two loaded
+#: cores. Its end is still bounded, loosely.
+LATE_UNSHARED = 10.0
 
 
 async def run_past_the_wall_clock(name: str, level: Level) -> None:
@@ -65,7 +70,8 @@ async def run_past_the_wall_clock(name: str, level: Level) -> None:
     result = await run_hostile(name, level, wall_clock=WALL_CLOCK)
     elapsed = time.monotonic() - started
     assert (result.kind, result.cause) == (Kind.LIMIT, "wall_clock"), result.error
-    assert WALL_CLOCK <= result.wall_time <= elapsed < WALL_CLOCK + LATE
+    late = LATE if _levels.cgroups_usable() else LATE_UNSHARED
+    assert WALL_CLOCK <= result.wall_time <= elapsed < WALL_CLOCK + late
 
 
 @pytest.mark.slow
