@@ -424,16 +424,10 @@ def _write_through() -> None:
     A child of a template that made them already (:func:`prepare_stdio`) keeps those.
     """
     _flush_stdio()
+    if _made_through is not None and _made_through == _streams():
+        return
     import builtins
 
-    if _made_through is not None and _made_through == (
-        sys.stdout,
-        sys.stderr,
-        sys.__stdout__,
-        sys.__stderr__,
-        builtins.print,
-    ):
-        return
     for name, fd in (("stdout", 1), ("stderr", 2)):
         old = getattr(sys, name)
         try:
@@ -453,9 +447,16 @@ def _write_through() -> None:
 
 
 #: The streams and ``print`` a template made (:func:`prepare_stdio`), which every child
-#: forked from it finds in place: ``sys.stdout``, ``sys.stderr``, their ``__`` twins,
-#: ``print``. None where nothing was made ahead.
+#: forked from it finds in place (:func:`_streams`). None where nothing was made ahead.
 _made_through: tuple[object, ...] | None = None
+
+
+def _streams() -> tuple[object, ...]:
+    """What :func:`_write_through` sets: ``sys.stdout``, ``sys.stderr``, their ``__``
+    twins, ``print``."""
+    import builtins
+
+    return (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__, builtins.print)
 
 
 def prepare_stdio() -> bool:
@@ -495,12 +496,9 @@ def prepare_stdio() -> bool:
     finally:
         for fd in (*ends, *saved):
             os.close(fd)
-    import builtins
-
-    made = (sys.stdout, sys.stderr, builtins.print)
-    if not all(isinstance(getattr(s, "buffer", None), _Unbuffered) for s in made[:2]):
+    if not all(isinstance(getattr(s, "buffer", None), _Unbuffered) for s in _streams()[:2]):
         return False
-    _made_through = (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__, builtins.print)
+    _made_through = _streams()
     return True
 
 

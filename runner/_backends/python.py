@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import contextlib
 import linecache
 import os
 import sys
@@ -176,10 +177,8 @@ class PythonBackend:
             return
         import asyncio
 
-        try:
+        with contextlib.suppress(OSError):
             self._loop = asyncio.new_event_loop()
-        except OSError:
-            self._loop = None
 
     def run(self, start: Start, client: Client) -> Outcome:
         """Run ``start.program`` with ``start.bindings`` as ``host``; never raises."""

@@ -495,12 +495,15 @@ class _Run:
         broke_wire: list[str] = []
         run_scope = self.run_scope
 
+        def wire_broken(exc: RemoteProtocolError) -> None:
+            broke_wire.append(str(exc))
+            run_scope.cancel()  # a child that breaks the wire gets no more say
+
         async def serve() -> None:
             try:
                 await server.serve()
             except RemoteProtocolError as exc:
-                broke_wire.append(str(exc))
-                run_scope.cancel()  # a child that breaks the wire gets no more say
+                wire_broken(exc)
             except anyio.BrokenResourceError:
                 pass
 
@@ -508,11 +511,10 @@ class _Run:
             try:
                 return server.pump()
             except RemoteProtocolError as exc:
-                broke_wire.append(str(exc))
-                run_scope.cancel()
-                return Pumped.ENDED
+                wire_broken(exc)
             except anyio.BrokenResourceError:
-                return Pumped.ENDED
+                pass
+            return Pumped.ENDED
 
         # One task group: the outputs' draining, the calls' serving and the CPU watcher
         # all end together once every process of the run is stopped.
@@ -608,7 +610,7 @@ class _Run:
         start_fd = self.child.pipes.start_fds[0]  # (what each channel reads from)
         call_fd = self.child.pipes.call_fds[0]
         later: dict[int, Callable[[], Coroutine[Any, Any, None]]] = {
-            self.child.pipes.call_fds[0]: serve,
+            call_fd: serve,
             self.stdout.fd: self.stdout.drain,
             self.stderr.fd: self.stderr.drain,
         }
@@ -640,19 +642,16 @@ class _Run:
                         # readable once the start channel has nothing more.
                         continue
                     for fd, _ in events:
-                        if fd == call_fd:
-                            pumped = pump()
-                            if pumped is Pumped.WATCH:
-                                continue
-                            ready.unregister(fd)
-                            del later[fd]
-                            if pumped is Pumped.SERVE:
-                                tg.start_soon(serve)
-                                self.tasks = True
+                        # (An output's task starts at once; the calls' only once pump
+                        # says it must.)
+                        pumped = pump() if fd == call_fd else Pumped.SERVE
+                        if pumped is Pumped.WATCH:
                             continue
                         ready.unregister(fd)
-                        tg.start_soon(later.pop(fd))
-                        self.tasks = True
+                        task = later.pop(fd)
+                        if pumped is Pumped.SERVE:
+                            tg.start_soon(task)
+                            self.tasks = True
         except BaseException:
             channel.close()
             raise
