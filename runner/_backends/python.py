@@ -6,10 +6,13 @@ Theory of operation
    item of ``Start.argv``: ``prog.py`` for a program that came from that file;
    ``<program>`` when there is none), so tracebacks (ours and the program's own) show its
    name and its lines.
-2. It is parsed with :mod:`ast`. If the module body ends with an expression statement, that
-   statement becomes an assignment to a private name: the program's *value* is its last
-   expression, as in a notebook cell. A body that ends with anything else has the value
-   ``None``.
+2. The program's *value* is its last expression statement, as in a notebook cell; a body
+   that ends with anything else has the value ``None``. Most programs end with one on a
+   line of its own, and are compiled in two parts, straight from the source
+   (:func:`compile_program`): every line before that last line (``exec``), and that line
+   to the end as an expression (``eval``), which gives the value. Any other program is
+   parsed with :mod:`ast`, and its last expression statement (if any) becomes an
+   assignment to a private name before it is compiled.
 3. It is compiled with ``ast.PyCF_ALLOW_TOP_LEVEL_AWAIT``, and with ``dont_inherit`` so
    that the runner's own ``from __future__`` imports do not leak into the program.
 4. It runs in a new module object installed as ``sys.modules["__main__"]`` (so pickle,
@@ -65,6 +68,7 @@ import linecache
 import os
 import sys
 import types
+import warnings
 from typing import TYPE_CHECKING, Final, NoReturn, final
 
 from protocol import (
@@ -102,6 +106,9 @@ _VALUE_NAME: Final = "__runner_value__"
 # ``inspect.CO_COROUTINE``: set on code compiled from a module that awaits at top level.
 # Spelled out so that the check does not import inspect.
 _CO_COROUTINE: Final = 0x0080
+
+# How every part of a program is compiled (see the module docstring, step 3).
+_FLAGS: Final = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
 
 # A failure's text is for people; past this many characters it is cut (a program that
 # raises with a 100 MB message must still get a Result out, in one frame).
@@ -207,13 +214,11 @@ class PythonBackend:
             if loop is not None:
                 loop.close()
             return ready
-        code, host = ready
-        return _execute(code, host, as_main=self._as_main, loop=loop)
+        program, host = ready
+        return _execute(program, host, as_main=self._as_main, loop=loop)
 
-    def _compile(
-        self, start: Start, client: Client | None
-    ) -> tuple[types.CodeType, Host] | Outcome:
-        """The program's code and ``host``, its command line made its own; or why not."""
+    def _compile(self, start: Start, client: Client | None) -> tuple[Program, Host] | Outcome:
+        """The program compiled and ``host``, its command line made its own; or why not."""
         try:
             if client is None:
                 if start.bindings:
@@ -226,7 +231,7 @@ class PythonBackend:
         argv = list(start.argv) or [PROGRAM_FILENAME]
         filename = argv[0] or PROGRAM_FILENAME
         try:
-            code = compile_program(start.program, filename)
+            program = compile_program(start.program, filename)
         except SyntaxError as exc:
             return Outcome.failure(Kind.INVALID, _format_syntax_error(exc))
         except (ValueError, RecursionError) as exc:  # null bytes; nesting too deep
@@ -235,7 +240,7 @@ class PythonBackend:
             return Outcome.failure(Kind.LIMIT, "out of memory while compiling the program")
         if self._as_main:
             self._own_command_line(argv)
-        return code, host
+        return program, host
 
     def _own_command_line(self, argv: list[str]) -> None:
         """Make ``sys``'s view of the command line the program's (see the module docstring)."""
@@ -263,8 +268,7 @@ def _warm_up() -> list[Outcome | bytes]:
     Returns:
         What the program came to (its value's JSON, unless it failed).
     """
-    code = compile_program(_WARM_UP)
-    return [_execute(code, Host.empty(), as_main=False)]
+    return [_execute(compile_program(_WARM_UP), Host.empty(), as_main=False)]
 
 
 def _warm_up_calls() -> list[Outcome | bytes]:
@@ -391,7 +395,27 @@ class _Exit:
         raise SystemExit(code)
 
 
-def compile_program(source: str, filename: str = PROGRAM_FILENAME) -> types.CodeType:
+@final
+class Program:
+    """A program compiled (:func:`compile_program`): ``body``, then ``last``.
+
+    ``last``, if any, is the program's last expression statement compiled on its own
+    (``eval``): its value is the program's. Without it, ``body`` is the whole program, and
+    stores the value of a last expression statement, if it has one, in the module's
+    :data:`_VALUE_NAME`. ``body`` is None where nothing comes before ``last``.
+    """
+
+    __slots__ = ("body", "filename", "last")
+
+    def __init__(
+        self, filename: str, body: types.CodeType | None, last: types.CodeType | None = None
+    ) -> None:
+        self.filename = filename
+        self.body = body
+        self.last = last
+
+
+def compile_program(source: str, filename: str = PROGRAM_FILENAME) -> Program:
     """Compile ``source`` as a module whose last expression statement is its value.
 
     Args:
@@ -409,6 +433,74 @@ def compile_program(source: str, filename: str = PROGRAM_FILENAME) -> types.Code
         source.splitlines(keepends=True),
         filename,
     )
+    return _compile_in_parts(source, filename) or _compile_whole(source, filename)
+
+
+def _compile_in_parts(source: str, filename: str) -> Program | None:
+    """``source`` compiled straight from its text, in two parts: everything before its last
+    line of code that starts at the left margin (:func:`_last_line_of_code`), then that
+    line to the end as an expression; None where that is not the program (the caller
+    parses it instead).
+
+    Parsing the program into :mod:`ast`'s objects and compiling those takes twice as long
+    as compiling its text: 39 against 18 µs for a trivial program, here, and 0.41 against
+    0.23 ms where it counts, the first compile in a child forked ahead of its run.
+
+    The split is the program's own last statement exactly when both parts compile. The
+    first part, alone, ends where no bracket, string or continued line is open, at the end
+    of a line: the tokens that follow start a statement of their own, at the top level,
+    since they start at the left margin. The second is an expression (``eval``'s input,
+    an expression statement's form) and nothing more. So a split inside a string, a
+    bracket or a continued line, or below a compound statement, fails one compile or the
+    other, and so does a last statement that is not an expression. Left to the caller:
+    a program that may await (``await`` or ``async`` anywhere in it, whose two parts would
+    be two coroutines), that has ``from __future__`` imports (they would not reach the
+    second part), or has ``\r`` line ends; whatever does not compile in parts, whose
+    error is the whole program's to report; and whatever the compiler warns about, whose
+    warnings are the whole program's to give (a part that warned could still fail).
+    """
+    if "await" in source or "async" in source or "__future__" in source or "\r" in source:
+        return None
+    start = _last_line_of_code(source)
+    if start < 0:
+        return None
+    head = source[:start]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # (the compiler raises a warning as SyntaxError)
+            # The expression first: most programs that end otherwise fail here, at once.
+            # Padded with the lines before it, its frames show the program's own lines.
+            tail = "\n" * head.count("\n") + source[start:]
+            last = compile(tail, filename, "eval", _FLAGS, True)
+            body = compile(head, filename, "exec", _FLAGS, True) if head else None
+    except (SyntaxError, ValueError, Warning):  # not in parts; the whole program says why
+        return None
+    if (body is not None and body.co_flags & _CO_COROUTINE) or last.co_flags & _CO_COROUTINE:
+        return None  # (cannot be, without "await" or "async" in it)
+    return Program(filename, body, last)
+
+
+def _last_line_of_code(source: str) -> int:
+    """Where the last line of ``source`` that starts at its left margin with code starts:
+    not blank, not a comment, not a closing bracket (the end of a longer line, as black
+    writes them); -1 if there is none."""
+    end = len(source)
+    while end > 0:
+        start = source.rfind("\n", 0, end) + 1
+        if start < end and source[start] not in " \t\f#\n)]}":
+            return start
+        end = start - 1
+    return -1
+
+
+def _compile_whole(source: str, filename: str) -> Program:
+    """``source`` parsed with :mod:`ast`, its last expression statement (if any) made an
+    assignment to :data:`_VALUE_NAME`, then compiled.
+
+    Raises:
+        SyntaxError: the source is not valid Python.
+        ValueError: the source contains null bytes (Python 3.11).
+    """
     tree = ast.parse(source, filename, "exec")
     body = tree.body
     if body and isinstance(body[-1], ast.Expr):
@@ -417,10 +509,7 @@ def compile_program(source: str, filename: str = PROGRAM_FILENAME) -> types.Code
         # ast.fix_missing_locations, which walks the whole tree).
         store = ast.copy_location(ast.Name(id=_VALUE_NAME, ctx=ast.Store()), last)
         body[-1] = ast.copy_location(ast.Assign(targets=[store], value=last.value), last)
-    code: types.CodeType = compile(
-        tree, filename, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True
-    )
-    return code
+    return Program(filename, compile(tree, filename, "exec", flags=_FLAGS, dont_inherit=True))
 
 
 def _new_main(host: Host, *, install: bool) -> types.ModuleType:
@@ -437,24 +526,29 @@ def _new_main(host: Host, *, install: bool) -> types.ModuleType:
 
 
 def _execute(
-    code: types.CodeType,
+    program: Program,
     host: Host,
     *,
     as_main: bool,
     loop: asyncio.AbstractEventLoop | None = None,
 ) -> Outcome | bytes:
-    """Run ``code`` as the program's module; ``loop``, one made ahead for it (closed here
-    if the program does not await)."""
-    filename = code.co_filename
+    """Run ``program`` as the program's module; ``loop``, one made ahead for it (closed
+    here if the program does not await)."""
+    filename = program.filename
+    body, last = program.body, program.last
     namespace = _new_main(host, install=as_main).__dict__
+    value: object = None
     try:
-        if code.co_flags & _CO_COROUTINE:
+        if body is not None and body.co_flags & _CO_COROUTINE:
             # eval() of a top-level-await module returns the coroutine that runs it.
-            _run_awaiting(eval(code, namespace), loop, last=as_main)
+            _run_awaiting(eval(body, namespace), loop, last=as_main)
         else:
             if loop is not None:
                 loop.close()
-            exec(code, namespace)
+            if body is not None:
+                exec(body, namespace)
+            if last is not None:
+                value = eval(last, namespace)
     except SystemExit as exc:
         # Whatever its code, a program that exits did not produce a value: the run failed,
         # and the code goes with the failure (a code with no JSON form, as its repr).
@@ -474,7 +568,7 @@ def _execute(
         return Outcome.failure(exc.kind, _format_exception(exc, filename))
     except BaseException as exc:  # the program's failure, whatever it is, is the outcome
         return Outcome.failure(Kind.RAISED, _format_exception(exc, filename))
-    return _encode_value(namespace.get(_VALUE_NAME))
+    return _encode_value(value if last is not None else namespace.get(_VALUE_NAME))
 
 
 def _run_awaiting(
