@@ -4,15 +4,18 @@ closes (:mod:`sandbox._children._remains`)."""
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 import pytest
 
 import sandbox
-from sandbox import Pool
+from sandbox import Level, Pool
 from sandbox._children import REMAINS
+from sandbox._children._cgroups import CgroupSet
 from sandbox._children._remains import Remains
+from sandbox._engine import _process
+from tests.host import needs_run_cgroups, skip_because_host_cannot
 
 if TYPE_CHECKING:
     from sandbox._children import Child
@@ -109,3 +112,43 @@ async def test_closing_a_pool_waits_until_every_remains_is_gone() -> None:
     # Closed: nothing of its runs, nor of its idle children, waits to be cleared.
     assert slow.cleared.is_set()
     assert REMAINS.pending() == 0
+
+
+@needs_run_cgroups("end a run through its cgroups")
+@pytest.mark.anyio
+@pytest.mark.parametrize("level", [Level.PROCESS, Level.CONFINED])
+@pytest.mark.parametrize("broken", [False, True], ids=["at-its-end", "after-an-error"])
+async def test_a_run_whose_kill_fails_still_hands_its_remains_over(
+    level: Level, broken: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The end of a run that waits for nothing (with cgroups) is done without awaiting;
+    if the kill fails there (at the run's end, or in its clean-up after the run broke
+    down), the run raises it, and its remains are cleared all the same (the autouse check
+    finds nothing of it left)."""
+    if level is Level.CONFINED and sandbox.confinement_gaps():
+        skip_because_host_cannot(f"confine: {sandbox.confinement_gaps()}")
+    real = CgroupSet.kill_all
+    failed: list[bool] = []
+
+    def fail_once(self: CgroupSet, **kwargs: Any) -> set[int]:
+        if not failed:
+            failed.append(True)
+            raise OSError("the kill failed")
+        return real(self, **kwargs)
+
+    async def break_down(*args: object) -> None:
+        raise RuntimeError("the run broke down")
+
+    monkeypatch.setattr(CgroupSet, "kill_all", fail_once)
+    if broken:
+        monkeypatch.setattr(_process._Run, "_await_result", break_down)
+    with pytest.raises(BaseException) as raised:  # (which, checked below)
+        await sandbox.run("1", level=level, spawn="zygote")
+    error = raised.value
+    if isinstance(error, BaseExceptionGroup):  # (from the run's task group)
+        assert error.subgroup(OSError) is not None, error
+    else:
+        assert isinstance(error, OSError), error
+        assert isinstance(error.__context__, BaseExceptionGroup), error.__context__
+    assert failed == [True]
+    assert REMAINS.wait_empty(30.0)
