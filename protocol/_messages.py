@@ -607,9 +607,31 @@ def _escapes(text: bytes, most: int) -> list[int]:
 
 def _check_integers(message: Message) -> None:
     """Refuse a message holding an integer outside int64 (what a Go peer can decode)."""
+    if _integers_fit(message):
+        return
     bad = _integer_outside_int64(message, type(message).__name__)
     if bad is not None:
         raise LocalProtocolError(f"{bad} is outside Go's int64; nothing was sent")
+
+
+def _integers_fit(value: object) -> bool:
+    """Whether every integer in ``value`` fits in int64: what :func:`_integer_outside_int64`
+    looks for, without naming where (a Start's walk, with the names made for each of its
+    fields, took 2% of the host's own work for a trivial run, in a sampled profile)."""
+    kind = type(value)
+    if kind is int:
+        return INT64_MIN <= value <= INT64_MAX  # type: ignore[operator]
+    if kind is str:
+        return True
+    if isinstance(value, msgspec.Struct):
+        for name in value.__struct_fields__:
+            if not _integers_fit(getattr(value, name)):
+                return False
+    elif isinstance(value, tuple):
+        for item in value:
+            if not _integers_fit(item):
+                return False
+    return True
 
 
 def _integer_outside_int64(value: object, path: str) -> str | None:

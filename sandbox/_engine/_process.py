@@ -53,7 +53,6 @@ import resource
 import select
 import signal
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Final, Literal
@@ -485,7 +484,7 @@ class _Run:
             program=program,
             bindings=toolset.bindings(),
             budget=budget.start_budget(),
-            result_id=uuid.uuid4().hex,
+            result_id=os.urandom(16).hex(),  # (what uuid4 holds, without its object)
             argv=argv,
         )
         result: Result | None = None
