@@ -414,6 +414,13 @@ class Program:
         self.body = body
         self.last = last
 
+    @property
+    def awaits(self) -> bool:
+        """Whether it awaits at top level (either part, compiled in parts): it runs as a
+        coroutine, under an event loop."""
+        codes = (self.body, self.last)
+        return any(code is not None and code.co_flags & _CO_COROUTINE for code in codes)
+
 
 def compile_program(source: str, filename: str = PROGRAM_FILENAME) -> Program:
     """Compile ``source`` as a module whose last expression statement is its value.
@@ -452,14 +459,14 @@ def _compile_in_parts(source: str, filename: str) -> Program | None:
     since they start at the left margin. The second is an expression (``eval``'s input,
     an expression statement's form) and nothing more. So a split inside a string, a
     bracket or a continued line, or below a compound statement, fails one compile or the
-    other, and so does a last statement that is not an expression. Left to the caller:
-    a program that may await (``await`` or ``async`` anywhere in it, whose two parts would
-    be two coroutines), that has ``from __future__`` imports (they would not reach the
-    second part), or has ``\r`` line ends; whatever does not compile in parts, whose
-    error is the whole program's to report; and whatever the compiler warns about, whose
-    warnings are the whole program's to give (a part that warned could still fail).
+    other, and so does a last statement that is not an expression. Either part may await
+    (:func:`_in_parts` runs them as one coroutine). Left to the caller: a program that has
+    ``from __future__`` imports (they would not reach the second part), or ``\r`` line
+    ends; whatever does not compile in parts, whose error is the whole program's to
+    report; and whatever the compiler warns about, whose warnings are the whole program's
+    to give (a part that warned could still fail).
     """
-    if "await" in source or "async" in source or "__future__" in source or "\r" in source:
+    if "__future__" in source or "\r" in source:
         return None
     start = _last_line_of_code(source)
     if start < 0:
@@ -475,8 +482,6 @@ def _compile_in_parts(source: str, filename: str) -> Program | None:
             body = compile(head, filename, "exec", _FLAGS, True) if head else None
     except (SyntaxError, ValueError, Warning):  # not in parts; the whole program says why
         return None
-    if (body is not None and body.co_flags & _CO_COROUTINE) or last.co_flags & _CO_COROUTINE:
-        return None  # (cannot be, without "await" or "async" in it)
     return Program(filename, body, last)
 
 
@@ -539,9 +544,14 @@ def _execute(
     namespace = _new_main(host, install=as_main).__dict__
     value: object = None
     try:
-        if body is not None and body.co_flags & _CO_COROUTINE:
-            # eval() of a top-level-await module returns the coroutine that runs it.
-            _run_awaiting(eval(body, namespace), loop, last=as_main)
+        if program.awaits:
+            if last is None:  # the whole program, compiled as one (it stores its value)
+                # eval() of code that awaits at top level returns the coroutine that runs it.
+                assert body is not None
+                main = eval(body, namespace)
+            else:
+                main = _in_parts(body, last, namespace)
+            value = _run_awaiting(main, loop, last=as_main)
         else:
             if loop is not None:
                 loop.close()
@@ -571,10 +581,27 @@ def _execute(
     return _encode_value(value if last is not None else namespace.get(_VALUE_NAME))
 
 
+async def _in_parts(
+    body: types.CodeType | None, last: types.CodeType, namespace: dict[str, Any]
+) -> object:
+    """A program compiled in parts (:func:`_compile_in_parts`) that awaits, as the one
+    coroutine that runs it: its first part, then its last expression, each awaited if it
+    awaits (a part that does not runs inside the loop all the same, as it would in the
+    whole program's coroutine); the expression's value."""
+    if body is not None:
+        ran = eval(body, namespace)
+        if body.co_flags & _CO_COROUTINE:
+            await ran
+    value = eval(last, namespace)
+    if last.co_flags & _CO_COROUTINE:
+        value = await value
+    return value
+
+
 def _run_awaiting(
     main: Coroutine[Any, Any, object], loop: asyncio.AbstractEventLoop | None, *, last: bool
-) -> None:
-    """``asyncio.run(main)``, on ``loop`` if one was made ahead.
+) -> object:
+    """``asyncio.run(main)``, on ``loop`` if one was made ahead: what ``main`` returns.
 
     As ``asyncio.run`` does: ``main`` runs as the loop's main task, with the loop set as
     the thread's current one; then the teardown (every task left cancelled and waited
@@ -596,7 +623,7 @@ def _run_awaiting(
         runner = asyncio.Runner(loop_factory=lambda: made)
         asyncio.set_event_loop(loop)  # (asyncio.run's own Runner sets the loop it makes)
     try:
-        runner.run(main)
+        return runner.run(main)
     finally:
         if not (last and _nothing_left(runner.get_loop())):
             try:

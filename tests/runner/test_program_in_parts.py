@@ -87,6 +87,16 @@ IN_PARTS = [
     "match 3:\n    case 3:\n        y = 'matched'\ny",
     "float('nan')",
     "object()",
+    "import asyncio\nawait asyncio.sleep(0, 'slept')",
+    "import asyncio\nx = await asyncio.sleep(0, 6)\nx * 7",
+    "import asyncio\nasync def g():\n    return 8\nawait g()",
+    "import asyncio\nloop = asyncio.get_running_loop()\nawait asyncio.sleep(0)\nloop.is_running()",
+    "import asyncio\nasyncio.get_running_loop().is_running()\nawait asyncio.sleep(0)",
+    "import asyncio\nt = asyncio.ensure_future(asyncio.sleep(0, 'task'))\nawait t",
+    "import asyncio\nasync def boom():\n    raise KeyError('in a task')\nawait boom()",
+    "import asyncio\nasync def agen():\n    yield 1\n    yield 2\n[i async for i in agen()]",
+    "import asyncio\nawait asyncio.sleep(0)\n1 / 0",
+    "print('a string that says await')\n1",
 ]
 
 WHOLE = [
@@ -103,7 +113,8 @@ WHOLE = [
     "@staticmethod\ndef f():\n    pass",
     "*a, b = [1, 2]\n*a, b",
     "from __future__ import annotations\n1",
-    "import asyncio\nawait asyncio.sleep(0)\n1",
+    "import asyncio\nx = await asyncio.sleep(0, 1)",
+    "import asyncio\nasync def g():\n    return 1\nasync for x in g():\n    pass",
     "x = 1\r\nx",
     "yield 1",
     "x = (\n",
@@ -115,7 +126,6 @@ WHOLE = [
     "x = 1\nx is 1",
     "'\\d'",
     "(x,\nx is 1",
-    "print('a string that says await')\n1",
 ]
 
 
@@ -179,6 +189,14 @@ _LINES = st.sampled_from(
         "lambda: x",
         "x = None",
         "raise ValueError('v')",
+        "import asyncio",
+        "await asyncio.sleep(0)",
+        "x = await asyncio.sleep(0, 3)",
+        "await asyncio.sleep(0, x)",
+        "async def g():",
+        "    return await asyncio.sleep(0, 4)",
+        "await g()",
+        "asyncio.get_running_loop() is not None",
     ]
 )
 
