@@ -8,11 +8,12 @@ Theory of operation
    name and its lines.
 2. The program's *value* is its last expression statement, as in a notebook cell; a body
    that ends with anything else has the value ``None``. Most programs end with one on a
-   line of its own, and are compiled in two parts, straight from the source
-   (:func:`compile_program`): every line before that last line (``exec``), and that line
-   to the end as an expression (``eval``), which gives the value. Any other program is
-   parsed with :mod:`ast`, and its last expression statement (if any) becomes an
-   assignment to a private name before it is compiled.
+   line of its own, and in a runner process they are compiled in two parts, straight from
+   the source (:func:`compile_program`): every line before that last line (``exec``), and
+   that line to the end as an expression (``eval``), which gives the value. Any other
+   program (and every program at ``in_process``) is parsed with :mod:`ast`, and its last
+   expression statement (if any) becomes an assignment to a private name before it is
+   compiled.
 3. It is compiled with ``ast.PyCF_ALLOW_TOP_LEVEL_AWAIT``, and with ``dont_inherit`` so
    that the runner's own ``from __future__`` imports do not leak into the program.
 4. It runs in a new module object installed as ``sys.modules["__main__"]`` (so pickle,
@@ -155,7 +156,7 @@ class PythonBackend:
         for name in ("exit", "quit"):
             if not hasattr(builtins, name):
                 setattr(builtins, name, _Exit(name))
-        _warm_up()
+        _warm_up(alone=self._as_main)
         if self._as_main and sys.executable and not self._interpreter:
             self._interpreter = os.path.realpath(sys.executable)
 
@@ -164,9 +165,9 @@ class PythonBackend:
         that awaits (:func:`_warm_up_awaiting`, which imports :mod:`asyncio` if it is not
         loaded yet): for a template, and for a child forked ahead for such programs."""
         if calls:
-            _warm_up_calls()
+            _warm_up_calls(alone=self._as_main)
         if awaits:
-            _warm_up_awaiting()
+            _warm_up_awaiting(alone=self._as_main)
 
     def ahead_of_run(self, *, awaits: bool) -> None:
         """In a runner forked ahead of its one run, once its walls are up: make what that
@@ -231,7 +232,7 @@ class PythonBackend:
         argv = list(start.argv) or [PROGRAM_FILENAME]
         filename = argv[0] or PROGRAM_FILENAME
         try:
-            program = compile_program(start.program, filename)
+            program = compile_program(start.program, filename, alone=self._as_main)
         except SyntaxError as exc:
             return Outcome.failure(Kind.INVALID, _format_syntax_error(exc))
         except (ValueError, RecursionError) as exc:  # null bytes; nesting too deep
@@ -253,7 +254,7 @@ class PythonBackend:
         sys.orig_argv = [sys.executable, *argv]
 
 
-def _warm_up() -> list[Outcome | bytes]:
+def _warm_up(*, alone: bool = False) -> list[Outcome | bytes]:
     """Take a small program from source to value once, before any Start.
 
     A runner forked from the zygote shares its pages until it first writes to them, and
@@ -263,15 +264,15 @@ def _warm_up() -> list[Outcome | bytes]:
     Taken now, that cost is paid while the runner waits for its Start (a pool's runner,
     before it is needed at all), not on the run's path. Nothing of it matters after: the
     run's own program has a module of its own, and its source lines replace the lines
-    left under ``<program>``.
+    left under ``<program>``. ``alone``: as :func:`compile_program`'s.
 
     Returns:
         What the program came to (its value's JSON, unless it failed).
     """
-    return [_execute(compile_program(_WARM_UP), Host.empty(), as_main=False)]
+    return [_execute(compile_program(_WARM_UP, alone=alone), Host.empty(), as_main=False)]
 
 
-def _warm_up_calls() -> list[Outcome | bytes]:
+def _warm_up_calls(*, alone: bool = False) -> list[Outcome | bytes]:
     """Take a small program that calls a tool from source to value once, before any Start.
 
     A program's first call writes first to pages shared with the zygote too: the tool's
@@ -285,10 +286,10 @@ def _warm_up_calls() -> list[Outcome | bytes]:
         What the program came to (its value's JSON, unless it failed); nothing if there
         was no room for the call's channel (the warm-up is skipped, never the run).
     """
-    return _warm_up_with(_CALLING_WARM_UP, "1")
+    return _warm_up_with(_CALLING_WARM_UP, "1", alone=alone)
 
 
-def _warm_up_awaiting() -> list[Outcome | bytes]:
+def _warm_up_awaiting(*, alone: bool = False) -> list[Outcome | bytes]:
     """Take a small program that awaits calls from source to value once, the way a run's
     is run (``asyncio.run``), before any Start; then leave :mod:`asyncio` as a fresh
     interpreter has it.
@@ -311,20 +312,22 @@ def _warm_up_awaiting() -> list[Outcome | bytes]:
     """
     import asyncio
 
-    ended = _warm_up_with(_AWAITING_WARM_UP, "1", "2")  # (both sent before the loop reads)
+    # (Both answers sent before the loop reads.)
+    ended = _warm_up_with(_AWAITING_WARM_UP, "1", "2", alone=alone)
     asyncio.set_event_loop_policy(asyncio.DefaultEventLoopPolicy())
     return ended
 
 
-def _warm_up_with(program: str, *answers: str) -> list[Outcome | bytes]:
-    """Run ``program`` over a :class:`_Loopback` that has ``answers`` (call ids) ready."""
+def _warm_up_with(program: str, *answers: str, alone: bool = False) -> list[Outcome | bytes]:
+    """Run ``program`` over a :class:`_Loopback` that has ``answers`` (call ids) ready
+    (``alone``: as :func:`compile_program`'s)."""
     try:
         loopback = _Loopback()
     except OSError:  # no descriptors to spare: a warm-up is worth less than the run
         return []
     with loopback as channel:
         channel.answer(*answers)
-        return [_execute(compile_program(program), channel.host, as_main=False)]
+        return [_execute(compile_program(program, alone=alone), channel.host, as_main=False)]
 
 
 #: The warm-up programs: an import and a function called, as most programs have
@@ -422,13 +425,20 @@ class Program:
         return any(code is not None and code.co_flags & _CO_COROUTINE for code in codes)
 
 
-def compile_program(source: str, filename: str = PROGRAM_FILENAME) -> Program:
+def compile_program(
+    source: str, filename: str = PROGRAM_FILENAME, *, alone: bool = False
+) -> Program:
     """Compile ``source`` as a module whose last expression statement is its value.
 
     Args:
         source: the program.
         filename: the name its frames carry in tracebacks (its lines are registered with
             :mod:`linecache` under it).
+        alone: no other thread of this process runs meanwhile (a runner's process, or a
+            template's, before any program runs): only then is a program compiled in
+            parts (:func:`_compile_in_parts`), which sets the warnings filters, global to
+            the process, for the time of its two compiles. Elsewhere (``in_process``,
+            in a thread of the host) every program goes the :mod:`ast` way.
 
     Raises:
         SyntaxError: the source is not valid Python.
@@ -440,7 +450,8 @@ def compile_program(source: str, filename: str = PROGRAM_FILENAME) -> Program:
         source.splitlines(keepends=True),
         filename,
     )
-    return _compile_in_parts(source, filename) or _compile_whole(source, filename)
+    in_parts = _compile_in_parts(source, filename) if alone else None
+    return in_parts or _compile_whole(source, filename)
 
 
 def _compile_in_parts(source: str, filename: str) -> Program | None:
@@ -450,8 +461,9 @@ def _compile_in_parts(source: str, filename: str) -> Program | None:
     parses it instead).
 
     Parsing the program into :mod:`ast`'s objects and compiling those takes twice as long
-    as compiling its text: 39 against 18 µs for a trivial program, here, and 0.41 against
-    0.23 ms where it counts, the first compile in a child forked ahead of its run.
+    as compiling its text: 39 against 18 µs for a trivial program, here, and 0.41-0.48
+    against 0.26-0.28 ms of CPU where it counts, the first compile in a child forked ahead
+    of its run.
 
     The split is the program's own last statement exactly when both parts compile. The
     first part, alone, ends where no bracket, string or continued line is open, at the end

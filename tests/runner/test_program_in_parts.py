@@ -1,15 +1,16 @@
 """A program compiled in two parts, straight from its text, runs as the whole program does.
 
 :func:`runner._backends.python.compile_program` compiles most programs as the lines before
-their last line of code and that line to the end, an expression; any other program goes
-through :mod:`ast`, as every program once did. Here that path is the oracle: each program
-is run both ways, in this process, and must come to the same outcome (its value's JSON,
-or the same failure with the same traceback, lines and carets included) and the same
-warnings.
+their last line of code and that line to the end, an expression, where it is ``alone`` in
+its process (a runner); any other program, and every program elsewhere, goes through
+:mod:`ast`, as every program once did. Here that path is the oracle: each program is run
+both ways, in this process, and must come to the same outcome (its value's JSON, or the
+same failure with the same traceback, lines and carets included) and the same warnings.
 """
 
 from __future__ import annotations
 
+import functools
 import linecache
 import warnings
 
@@ -29,6 +30,9 @@ from runner._backends.python import (
 from runner._host import Host
 
 Ran = tuple[object, frozenset[tuple[str, str, int]]]
+
+#: As a runner compiles a program: alone in its process.
+in_a_runner = functools.partial(compile_program, alone=True)
 
 
 def _run(compile_it: object, source: str) -> Ran:
@@ -57,7 +61,7 @@ def _same_both_ways(source: str) -> Program | None:
     """Assert ``source`` runs the same whole and as :func:`compile_program` compiles it;
     the program in parts, where it is compiled so."""
     whole = _run(_compile_whole, source)
-    assert _run(compile_program, source) == whole
+    assert _run(in_a_runner, source) == whole
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return _compile_in_parts(source, PROGRAM_FILENAME)
@@ -142,7 +146,7 @@ def test_programs_not_in_parts_are_compiled_whole(source: str) -> None:
 def test_the_parts_keep_the_programs_lines_and_columns() -> None:
     """An error in the last expression points at its own line and columns."""
     source = "x = {}\n\n\n[1, 2] + x['missing']"
-    program = compile_program(source)
+    program = in_a_runner(source)
     assert program.body is not None
     assert program.last is not None
     outcome = _execute(program, Host.empty(), as_main=False)
@@ -152,7 +156,7 @@ def test_the_parts_keep_the_programs_lines_and_columns() -> None:
     assert line == "    [1, 2] + x['missing']"
     assert carets == "              ~^^^^^^^^^^^"  # under x['missing']
     assert error == "KeyError: 'missing'"
-    assert _run(compile_program, source) == _run(_compile_whole, source)
+    assert _run(in_a_runner, source) == _run(_compile_whole, source)
 
 
 _LINES = st.sampled_from(
@@ -208,3 +212,22 @@ _LINES = st.sampled_from(
 @example(["(x,", "x is 1"])  # the second part warns, the first does not compile
 def test_any_program_runs_the_same_in_parts_as_whole(lines: list[str]) -> None:
     _same_both_ways("\n".join(lines))
+
+
+@pytest.mark.parametrize("source", IN_PARTS[:6])
+def test_a_program_compiled_among_other_threads_goes_the_ast_way(
+    source: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not alone (``in_process``: a thread of the host), a program is compiled whole,
+    without setting the warnings filters, which are the whole process's: another thread
+    that warned meanwhile would have its warning raised as an error."""
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the warnings filters were set by another thread's compile")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(warnings, "catch_warnings", refuse)
+        program = compile_program(source)
+    assert program.last is None
+    assert program.body is not None
+    assert _run(compile_program, source) == _run(_compile_whole, source)
