@@ -784,15 +784,18 @@ class _Run:
         shielded an await took 4% of the host's own work for a trivial confined run, in a
         sampled profile here.)
         """
-        if self.stopped:
-            return True
-        if self.cgroups is None or not answered:
+        if not self._stops_at_once(answered=answered):
             return False
-        self.stopped = True
-        self.call_ch.close()
-        self._kill_in_cgroups()
-        self._measure()
+        if not self.stopped:
+            self.stopped = True
+            self.call_ch.close()
+            self._kill_in_cgroups()
+            self._measure()
         return True
+
+    def _stops_at_once(self, *, answered: bool) -> bool:
+        """Whether :meth:`stop_now` stops the run (or it is stopped already)."""
+        return self.stopped or (answered and self.cgroups is not None)
 
     def _kill_in_cgroups(self) -> None:
         """SIGKILL to every process of the run, through its cgroups; the Start closed."""
@@ -874,8 +877,8 @@ class _Run:
         :meth:`finish`), where this did nothing."""
         if self.finished:
             return True
-        if not (self.stopped or self.cgroups is not None):
-            return False  # (where stop_now would do nothing)
+        if not self._stops_at_once(answered=True):
+            return False
         self.finished = True
         try:
             self.stop_now(answered=True)
