@@ -20,6 +20,7 @@ from ._cgroups import (
     cgroup_support,
     cgroups_available,
     hierarchy,
+    runs_cpu_share_held,
 )
 from ._cputime import RunCpu
 from ._reaper import kill_tree
@@ -61,6 +62,7 @@ __all__ = [
     "looks_awaiting",
     "needs_start",
     "python_stack",
+    "runs_cpu_share_held",
     "shutdown",
     "uid_usable",
     "workdir_bases",

@@ -391,6 +391,12 @@ class Hierarchy(abc.ABC):
         """Whether per-run cgroups can be made here (to list and kill every process)."""
         return all(reason is None for reason in self.support().values())
 
+    def holds_cpu_share(self) -> bool:
+        """Whether the runs together get a bounded share of the CPU against the host's
+        own tasks (see :data:`_RUNS_CPU_SHARES`), so that the host's timers fire on time
+        while runs keep every CPU busy."""
+        return False
+
     @abc.abstractmethod
     def bases(self) -> list[Path]:
         """The directories that hold the runs' cgroups."""
@@ -616,6 +622,11 @@ class CgroupV1(Hierarchy):
         #: The controllers whose base this host has made (and whose CPU share it set):
         #: each run's cgroup is then one mkdir per controller, not three system calls.
         self._ready: set[str] = set()
+
+    def holds_cpu_share(self) -> bool:
+        """Where the ``cpu`` hierarchy is mounted (its base's ``cpu.shares`` is set before
+        a run's cgroup is made there)."""
+        return self._bases.get("cpu") is not None and self.available()
 
     def _prepare_base(self, controller: str, base: Path) -> None:
         base.mkdir(exist_ok=True)
@@ -1340,6 +1351,16 @@ def cgroup_support() -> dict[str, str | None]:
         CgroupSettingError: ``SANDBOX_CGROUP`` names no cgroup this host can use.
     """
     return hierarchy().support()
+
+
+def runs_cpu_share_held() -> bool:
+    """Whether the runs' cgroups hold their share of the CPU to that of one of the host's
+    tasks (v1 with the ``cpu`` hierarchy; on v2 the runs get no ``cpu`` controller).
+
+    Raises:
+        CgroupSettingError: ``SANDBOX_CGROUP`` names no cgroup this host can use.
+    """
+    return hierarchy().holds_cpu_share()
 
 
 def cgroups_available() -> bool:

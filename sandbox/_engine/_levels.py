@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Final
 
 from .._budget import DEFAULTS, Budget
-from .._children import cgroup_support, cgroups_available
+from .._children import cgroup_support, cgroups_available, runs_cpu_share_held
 from .._errors import BudgetUnsupported
 
 __all__ = [
@@ -248,6 +248,14 @@ def cgroups_usable() -> bool:
     """Whether per-run cgroups can be made here (v1: all three controllers; v2: the core
     interface, kill and freeze, with or without the memory and pids controllers)."""
     return cgroups_available()
+
+
+@functools.cache
+def host_cpu_share_held() -> bool:
+    """Whether the runs' processes together weigh on the CPU as one of the host's tasks
+    (a cpu cgroup), so that a run keeping every CPU busy cannot delay the host's timers
+    (the wall clock, the CPU watcher) by more than a task's share."""
+    return cgroups_usable() and runs_cpu_share_held()
 
 
 @functools.cache

@@ -16,6 +16,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -152,6 +153,38 @@ def test_a_base_removed_since_is_made_again() -> None:
         assert set(again.dirs) == controllers
         assert all(path.is_dir() for path in again.dirs.values())
         again.remove()
+    finally:
+        for base in bases.values():
+            for path in (base, base.parent):
+                with contextlib.suppress(OSError):
+                    path.rmdir()
+
+
+def test_the_runs_share_of_the_cpu_is_held_only_where_it_is_set() -> None:
+    """The runs' share of the CPU is said to be held (the wall-clock tests' margin depends
+    on it) exactly where a run's cgroups include a ``cpu`` cgroup whose base sets
+    ``cpu.shares``: v1 with that hierarchy, and not v1 without it, v2 or no cgroups."""
+    assert not _cgroups.NoCgroups("none here").holds_cpu_share()
+    assert not _cgroups.CgroupV2(Path("/nonexistent")).holds_cpu_share()
+    where = _cgroups.hierarchy()
+    if not isinstance(where, _cgroups.CgroupV1) or where._bases.get("cpu") is None:
+        assert not where.holds_cpu_share()
+        pytest.skip("no cgroup v1 cpu hierarchy here to hold a share with")
+    top = f"sandbox-test-{uuid.uuid4().hex[:12]}"
+    bases = {c: base.parent / top / base.name for c, base in where._bases.items() if base}
+    without_cpu = _cgroups.CgroupV1({c: b for c, b in bases.items() if c != "cpu"})
+    with_cpu = _cgroups.CgroupV1(bases)
+    try:
+        for base in bases.values():
+            base.parent.mkdir()
+        assert not without_cpu.holds_cpu_share()
+        assert with_cpu.holds_cpu_share()
+        bases["cpu"].mkdir()
+        (bases["cpu"] / "cpu.shares").write_text("2")  # (1024, a task's, is the default)
+        made = CgroupSet.create(f"{CGROUP_PREFIX}a", memory=None, pids=None, within=with_cpu)
+        assert "cpu" in made.dirs
+        assert (bases["cpu"] / "cpu.shares").read_text().strip() == "1024"
+        made.remove()
     finally:
         for base in bases.values():
             for path in (base, base.parent):
