@@ -391,11 +391,17 @@ class Hierarchy(abc.ABC):
         """Whether per-run cgroups can be made here (to list and kill every process)."""
         return all(reason is None for reason in self.support().values())
 
-    def holds_cpu_share(self) -> bool:
-        """Whether the runs together get a bounded share of the CPU against the host's
+    def cpu_share_gap(self) -> str | None:
+        """None where the runs together get a bounded share of the CPU against the host's
         own tasks (see :data:`_RUNS_CPU_SHARES`), so that the host's timers fire on time
-        while runs keep every CPU busy."""
-        return False
+        while runs keep every CPU busy; else why they do not."""
+        if not self.available():
+            return "the runs get no cgroups here"
+        return f"cgroup v{self.version}: the host gives the runs no cpu controller"
+
+    def holds_cpu_share(self) -> bool:
+        """Whether :meth:`cpu_share_gap` finds none."""
+        return self.cpu_share_gap() is None
 
     @abc.abstractmethod
     def bases(self) -> list[Path]:
@@ -623,10 +629,14 @@ class CgroupV1(Hierarchy):
         #: each run's cgroup is then one mkdir per controller, not three system calls.
         self._ready: set[str] = set()
 
-    def holds_cpu_share(self) -> bool:
-        """Where the ``cpu`` hierarchy is mounted (its base's ``cpu.shares`` is set before
-        a run's cgroup is made there)."""
-        return self._bases.get("cpu") is not None and self.available()
+    def cpu_share_gap(self) -> str | None:
+        """Held where the ``cpu`` hierarchy is mounted (its base's ``cpu.shares`` is set
+        before a run's cgroup is made there)."""
+        if not self.available():
+            return "the runs get no cgroups here"
+        if self._bases.get("cpu") is None:
+            return "no cgroup v1 cpu hierarchy mounted"
+        return None
 
     def _prepare_base(self, controller: str, base: Path) -> None:
         base.mkdir(exist_ok=True)

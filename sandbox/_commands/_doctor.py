@@ -275,6 +275,13 @@ def doctor(as_json: bool) -> int:
         how["cgroups"] = setting_error  # what is wrong with it, and how to fix it
     cgroups_ok = setting_error is None and cgroups_usable()
     runs = h.describe() if h is not None else f"none: {setting_error}"
+    # Whether a run that keeps every CPU busy leaves the host's timers on time, or why not.
+    share_gap = setting_error if h is None else h.cpu_share_gap()
+    if share_gap is not None:
+        share_gap += (
+            ": a run that keeps every CPU busy competes with the host for it as an equal, "
+            "and a wall clock can fire late on a loaded machine"
+        )
 
     def level_gaps(level: Level) -> tuple[dict[str, str], dict[str, str]]:
         """What ``level`` refuses here, and what it enforces by a substitute."""
@@ -297,6 +304,7 @@ def doctor(as_json: bool) -> int:
                 "version": None if h is None else h.version,
                 "runs": runs,
                 **({} if h is None else h.details()),
+                "host_cpu_share": True if share_gap is None else share_gap,
             },
             "levels": {
                 level.value: {
@@ -341,6 +349,7 @@ def doctor(as_json: bool) -> int:
     print(f"cgroups:    {runs}")
     for name, reason in cgroups.items() if setting_error is None else ():
         print(f"  {name:8} {yes(reason)}")
+    print(f"  the host's share of the CPU, held against the runs: {yes(share_gap)}")
     for level in Level:
         gaps, weaker = level_gaps(level)
         print(f"level {level.value}:")

@@ -446,6 +446,10 @@ def test_v2_host_reports_its_hierarchy() -> None:
     assert found["doctor"]["cgroup_hierarchy"]["version"] == 2
     assert "cgroup v2" in found["doctor"]["cgroup_hierarchy"]["runs"]
     assert found["support"]["freezer"] is None  # the core interface: kill and freeze
+    # No cpu controller for the runs on v2: the host says its timers compete with them.
+    share = found["doctor"]["cgroup_hierarchy"]["host_cpu_share"]
+    assert isinstance(share, str), share
+    assert share.startswith("cgroup v2: "), share
     for controller, item in (("memory", "max_memory"), ("pids", "max_processes")):
         why = found["unenforceable"].get(item)
         if found["support"][controller] is None:

@@ -18,6 +18,7 @@ from runner._landlock import signal_scope_gap
 from sandbox import Budget, RunResult
 from sandbox._commands._main import _parser, main
 from sandbox._commands._options import BUDGET_OPTIONS, budget_from
+from sandbox._engine import _levels
 from tests.commands import exit_code
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -531,6 +532,12 @@ def test_doctor_json_says_true_for_available() -> None:
     assert line + ("yes" if others is True else f"no ({others})") in text.stdout
     confined = report["levels"]["confined"]
     assert confined["available"] is (confined["missing_walls"] == {})
+    # The CPU share: held where the tests time a run's end tightly, else why not.
+    share = report["cgroup_hierarchy"]["host_cpu_share"]
+    assert (share is True) == _levels.host_cpu_share_held(), share
+    assert share is True or (isinstance(share, str) and "as an equal" in share), share
+    line = "the host's share of the CPU, held against the runs: "
+    assert line + ("yes" if share is True else f"no ({share})") in text.stdout
 
 
 @pytest.mark.parametrize("command", ["run", "serve", "agent"])
