@@ -229,7 +229,9 @@ def test_json_failure_exits_one(tmp_path: Path) -> None:
 def test_timeout_exits_three_at_the_limit(tmp_path: Path) -> None:
     """``--timeout 1`` ends a program asleep for 60 s with exit code 3, less than 1.5 s
     after the limit: the command takes at most that much longer than the same command
-    running a program that ends at once (its start-up and the zygote's, measured here)."""
+    running a program that ends at once (its start-up and the zygote's, measured here).
+    Where no cpu cgroup keeps the host's share of the CPU, 10 s (as the hostile programs'
+    wall-clock tests allow: ``tests/sandbox/test_hostile.py``)."""
     t0 = time.monotonic()
     quick = cli("run", program_file(tmp_path, "1", "quick.py"), "--timeout", "1")
     baseline = time.monotonic() - t0
@@ -239,7 +241,8 @@ def test_timeout_exits_three_at_the_limit(tmp_path: Path) -> None:
     elapsed = time.monotonic() - t0
     assert proc.returncode == 3, proc.stderr
     assert sandbox_lines(proc.stderr)[0].startswith("sandbox: limit (wall_clock)")
-    assert 1.0 <= elapsed < baseline + 1.0 + 1.5
+    late = 1.5 if _levels.host_cpu_share_held() else 10.0
+    assert 1.0 <= elapsed < baseline + 1.0 + late
 
 
 @pytest.mark.slow
