@@ -373,7 +373,8 @@ class _Plan:
     """A checked spec: the mounts, parents first; where to stage the root; the cwd; who."""
 
     mounts: tuple[_Mount, ...]
-    stage: str
+    #: Where the view is built; None for a run that copies a shared view (it builds none).
+    stage: str | None
     workdir: str | None
     hostname: str
     privileged: bool  # the caller is root: no user namespace, the program's own host ids
@@ -565,9 +566,10 @@ def _check_workdir(workdir: object, mounts: dict[str, _Mount]) -> str:
     return normal
 
 
-def _plan(spec: ConfineSpec, mounts: dict[str, _Mount] | None = None) -> _Plan:
-    """Check ``spec`` against the host; nothing is changed. ``mounts``: its read-only paths
-    as a view built from them already found them (:func:`_mounts`), not looked up again.
+def _plan(spec: ConfineSpec, shared: dict[str, _Mount] | None = None) -> _Plan:
+    """Check ``spec`` against the host; nothing is changed. ``shared``: the mounts of the
+    shared view the run copies (its read-only paths, found once for every run that copies
+    it: :func:`_shared_mounts`); such a run builds no view, so its plan has no stage.
 
     Raises:
         ValueError: the spec cannot be built here (what and why in the message).
@@ -576,13 +578,12 @@ def _plan(spec: ConfineSpec, mounts: dict[str, _Mount] | None = None) -> _Plan:
     privileged = os.geteuid() == 0
     uid, gid, host_uid, host_gid = _ids(spec, privileged=privileged)
     disk_bytes, disk_files = _disk(spec.disk_bytes, spec.disk_files)
-    if mounts is None:
-        mounts = _mounts(spec.read_only, spec.placed)
+    mounts = _mounts(spec.read_only, spec.placed) if shared is None else shared
     workdir = None if spec.workdir is None else _check_workdir(spec.workdir, mounts)
     ordered = sorted(mounts.values(), key=lambda mount: mount.path.split("/"))
     return _Plan(
         mounts=tuple(ordered),
-        stage=_stage(_taken(mounts, workdir)),
+        stage=_stage(_taken(mounts, workdir)) if shared is None else None,
         workdir=workdir,
         hostname=spec.hostname,
         privileged=privileged,
@@ -977,8 +978,10 @@ def _build_view(plan: _Plan, *, shared: bool = False) -> None:
     ``shared``: the view a template holds for every run (:func:`build_shared_view`): only
     the mount points of ``/proc`` and ``/tmp``, which each run's copy mounts for itself.
     """
-    _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
     stage = plan.stage
+    if stage is None:
+        raise ValueError("the plan of a run that copies a shared view has no stage to build on")
+    _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
     _mount("tmpfs", stage, "tmpfs", _MS_NOSUID | _MS_NODEV, _ROOT_TMPFS)
     root_fd = os.open(stage, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
@@ -1239,8 +1242,8 @@ def enter(
         raise ValueError("pid_one: the process is not a root caller's PID 1")
     if net is not None and os.geteuid() != 0:
         raise ValueError("net: only a root caller joins a network namespace made ahead")
-    mounts = None if view is None else _shared_mounts(tuple(spec.read_only), _pairs(spec.placed))
-    plan = _plan(spec, mounts)
+    shared = None if view is None else _shared_mounts(tuple(spec.read_only), _pairs(spec.placed))
+    plan = _plan(spec, shared)
     _refuse_directory_descriptors()
     _libc()  # load it while the host's libraries are still there
     _unshare_all(privileged=plan.privileged, mount=view is None, pid=not pid_one, net=net is None)

@@ -37,7 +37,16 @@ import msgspec
 import psutil
 import pytest
 
-from runner._namespaces import ConfineSpec, _plan, enter, probe, python_read_only, shares_view
+from runner._namespaces import (
+    ConfineSpec,
+    _build_view,
+    _plan,
+    _shared_mounts,
+    enter,
+    probe,
+    python_read_only,
+    shares_view,
+)
 from sandbox._children import _uid
 from tests.helpers import LOOPBACK_PROBE
 from tests.host import skip_because_host_cannot
@@ -1056,10 +1065,32 @@ def test_the_plan_orders_parents_first_and_keeps_links(tmp_path: Path) -> None:
     ]
     assert plan.workdir == str(tmp_path / "work")
     assert (plan.disk_bytes, plan.disk_files) == (64 << 20, 4096)
+    stage = plan.stage
+    assert stage is not None
     assert not any(
-        plan.stage == path or path.startswith(plan.stage + "/")
+        stage == path or path.startswith(stage + "/")
         for path in [*(m.path for m in plan.mounts), plan.workdir]
     )
+
+
+def test_a_run_that_copies_a_shared_view_has_no_stage(tmp_path: Path) -> None:
+    """A run copying a shared view builds none: its plan looks for no stage (a directory of
+    the host's to build on), takes the shared view's mounts as found, and cannot build."""
+    (tmp_path / "ro").mkdir()
+    spec = ConfineSpec(
+        read_only=(str(tmp_path / "ro"),),
+        workdir="/tmp/w/run",
+        host_uid=HOST_ID,
+        host_gid=HOST_ID,
+    )
+    shared = _shared_mounts(spec.read_only)
+    plan = _plan(spec, shared)
+    assert plan.stage is None
+    assert plan.mounts == tuple(shared.values())
+    assert plan.workdir == "/tmp/w/run"
+    assert _plan(spec).stage is not None  # its own view: staged
+    with pytest.raises(ValueError, match="no stage"):
+        _build_view(plan)  # refused before anything is mounted
 
 
 def test_the_spec_decodes_from_json() -> None:
