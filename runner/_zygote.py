@@ -65,6 +65,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import glob
+import importlib
 import os
 import resource
 import select
@@ -235,6 +236,14 @@ class _Runner:
         before :meth:`_Zygote._detached` could find it is the first of the session to die).
         """
         return self.pid1 == pid or (self.detached and self.pid1 is None)
+
+
+#: :mod:`signal`'s C module: its ``signal`` is :func:`signal.signal` without the Python
+#: wrapper that makes the handler replaced an enum member where it can. The zygote's own is
+#: none, and finding that out (an exception raised and caught in :mod:`enum`) took 0.12 ms
+#: and 44 page faults of each child's start here. (It takes its own ``SIG_DFL``, not the
+#: enum member.)
+_c_signal = importlib.import_module("_signal")
 
 
 class _Zygote:
@@ -427,7 +436,7 @@ class _Zygote:
         """In a forked child: let go of what is the zygote's (its sockets, its signals, its
         bookkeeping), before :class:`_Unwind` drops the rest."""
         signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        _c_signal.signal(signal.SIGCHLD, _c_signal.SIG_DFL)
         # Closed here, not when they are freed: by then their numbers may be someone else's.
         # (A close that fails leaves a descriptor the child closes with the others.)
         views = [fd for fd in self.views.values() if fd is not None]
