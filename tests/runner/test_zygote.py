@@ -318,3 +318,16 @@ def test_a_zygote_told_to_stop_ends_every_run(tmp_path: Path) -> None:
             assert wait_until_gone(pids) == []
         finally:
             run.close()
+
+
+def test_the_zygote_reads_proc_files_whole(tmp_path: Path) -> None:
+    """What the zygote reads of ``/proc`` with the system calls alone is the whole file,
+    however many reads it takes, and a missing one raises as ``open`` would."""
+    from runner._zygote import _read_proc, _session_of
+
+    data = os.urandom(3 * 4096 + 17)
+    (tmp_path / "file").write_bytes(data)
+    assert _read_proc(str(tmp_path / "file")) == data
+    assert _session_of(os.getpid()) == os.getsid(0)
+    with pytest.raises(FileNotFoundError):
+        _read_proc("/proc/self/no-such-file")
