@@ -621,7 +621,7 @@ def _integer_outside_int64(value: object) -> tuple[list[str], int] | None:
     steps, innermost first); None if there is none. The steps are named on the way back
     from a bad value only (a Start's walk that named each field as it went took 2% of the
     host's own work for a trivial run, in a sampled profile)."""
-    if isinstance(value, int) and type(value) is int:  # (a bool is no integer here)
+    if type(value) is int:  # (a bool is no integer here)
         return None if INT64_MIN <= value <= INT64_MAX else ([], value)
     if type(value) is str:
         return None
