@@ -110,6 +110,7 @@ if TYPE_CHECKING:
     from _typeshed import ReadableBuffer
 
     from ._backends import Backend
+    from ._confine import Confinement
 
 __all__ = [
     "READY_FAILED",
@@ -167,6 +168,7 @@ class Arguments:
         "backend",
         "call_fds",
         "confine",
+        "confinement",
         "linger",
         "net",
         "pid_one",
@@ -188,6 +190,7 @@ class Arguments:
         backend: str = DEFAULT_BACKEND,
         start_timeout: float | None = DEFAULT_START_TIMEOUT,
         confine: str = "",
+        confinement: Confinement | None = None,
         ready_fd: int | None = None,
         supervised: bool = False,
         linger: bool = True,
@@ -203,6 +206,8 @@ class Arguments:
         self.backend = backend
         self.start_timeout = start_timeout
         self.confine = confine
+        #: ``confine`` prepared by the zygote (:func:`runner._confine.prepare`), if it was.
+        self.confinement = confinement
         self.ready_fd = ready_fd
         self.supervised = supervised
         self.linger = linger
@@ -551,16 +556,19 @@ def _print_for(out: Any, err: Any, builtin: Callable[..., None]) -> Callable[...
 def _confine(
     request_json: str,
     *,
+    prepared: Confinement | None = None,
     detach: bool = False,
     view: int | None = None,
     pid_one: bool = False,
     net: int | None = None,
 ) -> str | None:
-    """Put up the confined level's walls; None when they are up, else why not."""
-    from ._confine import confine, parse
+    """Put up the confined level's walls (of ``request_json``, or of what the zygote
+    ``prepared`` from it); None when they are up, else why not."""
+    from ._confine import confine, prepare
 
     try:
-        confine(parse(request_json), detach=detach, view=view, pid_one=pid_one, net=net)
+        confinement = prepare(request_json) if prepared is None else prepared
+        confine(confinement, detach=detach, view=view, pid_one=pid_one, net=net)
     except (ValueError, OSError) as exc:
         return f"the sandbox's walls could not be put up: {exc}"
     return None
@@ -839,6 +847,7 @@ def _confine_before_start(args: Arguments) -> bool:
     failure = (
         _confine(
             args.confine,
+            prepared=args.confinement,
             detach=args.supervised,
             view=args.view,
             pid_one=args.pid_one,

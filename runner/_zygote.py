@@ -378,11 +378,12 @@ class _Zygote:
         return self.spare_networks.pop(0) if self.spare_networks else None
 
     def _fork(self, request: ForkRequest, fds: list[int], report: socket.socket) -> None:
+        confinement: _confine.Confinement | None = None
         view: int | None = None
         pid_one = False
         net: int | None = None
         if request.confine:
-            view, pid_one = self._prepare_confined(request)
+            confinement, view, pid_one = self._prepare_confined(request)
             if pid_one:  # a root zygote's warm child (where a view can be shared too)
                 net = self._take_spare_network()
         try:
@@ -403,7 +404,16 @@ class _Zygote:
             if net is not None:
                 os.close(net)
             self._leave(report)
-            raise _Unwind(_Job(request, fds, view=own_view, pid_one=pid_one, net=own_net))
+            raise _Unwind(
+                _Job(
+                    request,
+                    fds,
+                    confinement=confinement,
+                    view=own_view,
+                    pid_one=pid_one,
+                    net=own_net,
+                )
+            )
         for fd in fds if net is None else (*fds, net):
             os.close(fd)
         runner = _Runner(report, request)
@@ -423,25 +433,28 @@ class _Zygote:
         self.places.add(os.path.dirname(request.workdir))
         self.places.update(os.path.dirname(os.path.dirname(p)) for p in request.cgroups)
 
-    def _prepare_confined(self, request: ForkRequest) -> tuple[int | None, bool]:
-        """What a confined child of ``request`` takes from the zygote: the shared view to
-        copy (None: it builds its own), and whether to fork it PID 1 of its namespace."""
+    def _prepare_confined(
+        self, request: ForkRequest
+    ) -> tuple[_confine.Confinement | None, int | None, bool]:
+        """What a confined child of ``request`` takes from the zygote: its walls worked
+        out (None: it works them out itself), the shared view to copy (None: it builds its
+        own), and whether to fork it PID 1 of its namespace."""
         from . import _confine
 
         try:  # what every confined child would compute, computed once here
-            confine = _confine.parse(request.confine)
-            _confine.warm(confine)
-            shared = _confine.shared_view(confine)
+            confinement = _confine.prepare(request.confine)
+            _confine.warm(confinement)
+            shared = _confine.shared_view(confinement)
         except (ValueError, OSError):
-            return None, False  # the child will meet the same error, and report it
+            return None, None, False  # the child will meet the same error, and report it
         if request.mode != "warm":
-            return None, False  # a cold runner is the reference point: it builds its walls
+            return None, None, False  # a cold runner is the reference point: it does it all
         view = None
         if shared is not None:
             if shared not in self.views:
                 self.views[shared] = _build_shared_view(shared)
             view = self.views[shared]
-        return view, self.pid_namespace is not None
+        return confinement, view, self.pid_namespace is not None
 
     def _fork_pid_one(self) -> int:
         from . import _namespaces
@@ -569,13 +582,14 @@ class _Job:
     """What a forked child takes out of the zygote: its request and descriptors, and which
     descriptor to say why on if it cannot start. :func:`_become_runner` empties it."""
 
-    __slots__ = ("fds", "net", "pid_one", "ready", "request", "view")
+    __slots__ = ("confinement", "fds", "net", "pid_one", "ready", "request", "view")
 
     def __init__(
         self,
         request: ForkRequest,
         fds: list[int],
         *,
+        confinement: _confine.Confinement | None = None,
         view: int | None,
         pid_one: bool,
         net: int | None = None,
@@ -589,6 +603,9 @@ class _Job:
         self.pid_one = pid_one
         #: A network namespace made ahead for this child alone (see :class:`_Zygote`).
         self.net = net
+        #: The child's walls, worked out by the zygote from its request (None: the child
+        #: works them out itself).
+        self.confinement = confinement
 
 
 class _Unwind(BaseException):
@@ -730,6 +747,7 @@ def _warm_runner(request: ForkRequest, arguments: list[str], job: _Job) -> _main
         (3, 4),
         (5, 6),
         confine=request.confine,
+        confinement=job.confinement,
         ready_fd=7,
         start_timeout=request.start_timeout or None,
         supervised=True,
