@@ -68,11 +68,24 @@ class Confinement:
     every confined run forked on demand.
     """
 
-    __slots__ = ("request", "spec")
+    __slots__ = ("plan", "request", "spec")
 
     def __init__(self, request: ConfineRequest, spec: _namespaces.ConfineSpec) -> None:
         self.request = request
         self.spec = spec
+        #: ``spec`` checked against the host (:meth:`check`); None until it is, and then
+        #: :func:`confine` checks it.
+        self.plan: _namespaces.Plan | None = None
+
+    def check(self, *, shared: bool) -> None:
+        """Check the walls against the host now, for a run that copies the shared view
+        (``shared``) or builds its own (:func:`runner._namespaces.check`).
+
+        Raises:
+            ValueError: they cannot be built here.
+            OSError: the host could not be read.
+        """
+        self.plan = _namespaces.check(self.spec, shared=shared)
 
 
 def prepare(text: str) -> Confinement:
@@ -133,7 +146,9 @@ def confine(
         ValueError, OSError: a wall could not be put up; the program must not run.
     """
     request, spec = confinement.request, confinement.spec
-    _namespaces.enter(spec, detach=detach, view=view, pid_one=pid_one, net=net)
+    _namespaces.enter(
+        spec, detach=detach, view=view, pid_one=pid_one, net=net, plan=confinement.plan
+    )
     read_only = (*spec.read_only, *(inside for _, inside in spec.placed))
     _landlock.restrict(
         read_only=read_only,

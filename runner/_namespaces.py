@@ -198,7 +198,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, NoReturn
 
-__all__ = ["ConfineSpec", "enter", "probe", "python_read_only"]
+__all__ = ["ConfineSpec", "check", "enter", "probe", "python_read_only"]
 
 # <sched.h>
 _CLONE_NEWNS: Final = 0x00020000
@@ -384,6 +384,10 @@ class _Plan:
     host_gid: int
     disk_bytes: int  # 0: no bound (as tmpfs takes it)
     disk_files: int  # 0: no bound
+
+
+#: What :func:`check` gives and :func:`enter` takes.
+Plan = _Plan
 
 
 # --- system calls ---------------------------------------------------------------------
@@ -594,6 +598,24 @@ def _plan(spec: ConfineSpec, shared: dict[str, _Mount] | None = None) -> _Plan:
         disk_bytes=disk_bytes or 0,
         disk_files=disk_files or 0,
     )
+
+
+def check(spec: ConfineSpec, *, shared: bool = False) -> _Plan:
+    """Check ``spec`` against the host, for a run that copies the shared view (``shared``)
+    or builds its own; nothing is changed. A template process (the zygote) checks it for
+    the child it forks, which is then given the plan (:func:`enter`'s ``plan``): checked
+    in a freshly forked child, it took 0.4 ms of its CPU here, most of it first writes to
+    pages the child shares with the template.
+
+    Raises:
+        ValueError: the spec cannot be built here, or cannot take its view from a shared
+            one (``shared``).
+    """
+    if not shared:
+        return _plan(spec)
+    if not shares_view(spec):
+        raise ValueError("this spec cannot take its view from a shared one")
+    return _plan(spec, _shared_mounts(tuple(spec.read_only), _pairs(spec.placed)))
 
 
 def _check_hostname(hostname: object) -> None:
@@ -1204,6 +1226,7 @@ def enter(
     view: int | None = None,
     pid_one: bool = False,
     net: int | None = None,
+    plan: _Plan | None = None,
 ) -> None:
     """Confine the calling process: namespaces, the view, the identity; return as PID 1.
 
@@ -1226,7 +1249,9 @@ def enter(
       returns in it (no middle, as with ``detach``);
     * ``net``: a descriptor of a network namespace made for this run alone, ahead of it,
       its loopback up (:func:`make_network_namespace`), which this closes: the run joins
-      it rather than making its own.
+      it rather than making its own;
+    * ``plan``: ``spec`` checked already (:func:`check`, for a run that copies the shared
+      view when ``view`` is given, else for one that builds its own).
 
     Raises:
         ValueError: the spec cannot be built here, or the process holds a directory
@@ -1236,14 +1261,14 @@ def enter(
     """
     if not sys.platform.startswith("linux"):
         raise OSError(errno.ENOSYS, "namespaces are Linux's")
-    if view is not None and not shares_view(spec):
-        raise ValueError("this spec cannot take its view from a shared one")
     if pid_one and (os.getpid() != 1 or os.geteuid() != 0):
         raise ValueError("pid_one: the process is not a root caller's PID 1")
     if net is not None and os.geteuid() != 0:
         raise ValueError("net: only a root caller joins a network namespace made ahead")
-    shared = None if view is None else _shared_mounts(tuple(spec.read_only), _pairs(spec.placed))
-    plan = _plan(spec, shared)
+    if plan is None:
+        plan = check(spec, shared=view is not None)
+    elif (plan.stage is None) != (view is not None) or plan.privileged != (os.geteuid() == 0):
+        raise ValueError("plan: checked for another kind of run than this one")
     _refuse_directory_descriptors()
     _libc()  # load it while the host's libraries are still there
     _unshare_all(privileged=plan.privileged, mount=view is None, pid=not pid_one, net=net is None)

@@ -454,6 +454,8 @@ class _Zygote:
             if shared not in self.views:
                 self.views[shared] = _build_shared_view(shared)
             view = self.views[shared]
+        with contextlib.suppress(ValueError, OSError):  # (the child checks it, and says why)
+            confinement.check(shared=view is not None)
         return confinement, view, self.pid_namespace is not None
 
     def _fork_pid_one(self) -> int:

@@ -3,13 +3,18 @@ from the request itself (:func:`runner._confine.prepare`); neither way is a wall
 
 from __future__ import annotations
 
+import os
 import sys
 
 import msgspec
 import pytest
 
 from protocol import ConfineRequest
-from runner import _confine, _main
+from runner import _confine, _main, _namespaces
+from sandbox._children import _uid
+
+#: The program's host ids a root caller must name (an unprivileged one names none).
+HOST_ID = _uid.FIRST if os.geteuid() == 0 else None
 
 
 def _request_json(workdir: str = "/tmp/sandbox-run") -> str:
@@ -18,8 +23,8 @@ def _request_json(workdir: str = "/tmp/sandbox-run") -> str:
         import_paths=(sys.executable,),
         disk_bytes=1 << 24,
         disk_files=1024,
-        host_uid=None,
-        host_gid=None,
+        host_uid=HOST_ID,
+        host_gid=HOST_ID,
     )
     return msgspec.json.encode(request).decode()
 
@@ -44,7 +49,7 @@ def test_prepare_decodes_the_request_and_works_out_its_walls() -> None:
     spec = confinement.spec
     assert spec.workdir == "/tmp/sandbox-run"
     assert (spec.disk_bytes, spec.disk_files) == (1 << 24, 1024)
-    assert spec.host_uid is None
+    assert spec.host_uid == HOST_ID
     assert sys.executable in spec.read_only
     # The same walls a child would work out for itself.
     assert spec == _confine.prepare(text).spec
@@ -75,3 +80,29 @@ def test_a_runner_not_given_its_walls_works_them_out(
     assert failure is not None
     assert failure.startswith("the sandbox's walls could not be put up: --confine:")
     assert len(put_up) == 1  # nothing was put up for it
+
+
+class _Entered(Exception):
+    """Raised in place of the walls, once :func:`runner._namespaces.enter` was called."""
+
+
+def test_walls_checked_by_the_template_go_to_enter(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A confinement checked in the template (``check``) carries the plan its child
+    would make, and :func:`runner._confine.confine` hands it on; unchecked, it hands none
+    (``enter`` checks the spec itself)."""
+    given: list[dict[str, object]] = []
+
+    def enter(spec: object, **kwargs: object) -> None:
+        given.append({"spec": spec, **kwargs})
+        raise _Entered
+
+    monkeypatch.setattr(_namespaces, "enter", enter)
+    confinement = _confine.prepare(_request_json())
+    with pytest.raises(_Entered):
+        _confine.confine(confinement)
+    confinement.check(shared=False)
+    assert confinement.plan == _namespaces.check(confinement.spec)
+    with pytest.raises(_Entered):
+        _confine.confine(confinement, view=None)
+    assert [entered["plan"] for entered in given] == [None, confinement.plan]
+    assert all(entered["spec"] is confinement.spec for entered in given)

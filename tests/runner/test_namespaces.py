@@ -29,7 +29,7 @@ import tempfile
 import textwrap
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,7 @@ from runner._namespaces import (
     _build_view,
     _plan,
     _shared_mounts,
+    check,
     enter,
     probe,
     python_read_only,
@@ -1091,6 +1092,42 @@ def test_a_run_that_copies_a_shared_view_has_no_stage(tmp_path: Path) -> None:
     assert _plan(spec).stage is not None  # its own view: staged
     with pytest.raises(ValueError, match="no stage"):
         _build_view(plan)  # refused before anything is mounted
+
+
+def test_a_template_checks_a_spec_as_its_child_would(tmp_path: Path) -> None:
+    """What a template checks for its child (``check``) is the plan the child would make:
+    for a run that builds its own view, staged; for one that copies the shared view (a
+    root caller's), not, and only for a spec that can share one."""
+    (tmp_path / "ro").mkdir()
+    spec = ConfineSpec(
+        read_only=(str(tmp_path / "ro"),),
+        workdir="/tmp/w/run",
+        host_uid=HOST_ID,
+        host_gid=HOST_ID,
+    )
+    assert check(spec) == _plan(spec)
+    if shares_view(spec):
+        shared = check(spec, shared=True)
+        assert shared == _plan(spec, _shared_mounts(spec.read_only))
+        assert shared.stage is None
+    unshared = replace(spec, workdir="/var/tmp/w")
+    with pytest.raises(ValueError, match="shared"):
+        check(unshared, shared=True)
+
+
+def test_enter_refuses_a_plan_checked_for_another_kind_of_run(tmp_path: Path) -> None:
+    """A plan for a run that builds its own view is no plan for one given the shared
+    view, nor the reverse, nor one checked with other privileges: refused before anything
+    changes."""
+    (tmp_path / "ro").mkdir()
+    spec = ConfineSpec(read_only=(str(tmp_path / "ro"),), workdir="/tmp/w/run", **HOST)
+    own = check(spec)
+    copies = replace(own, stage=None)
+    for plan, view in ((own, 0), (copies, None)):
+        with pytest.raises(ValueError, match="another kind of run"):
+            enter(spec, view=view, plan=plan)
+    with pytest.raises(ValueError, match="another kind of run"):
+        enter(spec, plan=replace(own, privileged=not own.privileged))
 
 
 def test_the_spec_decodes_from_json() -> None:
