@@ -1074,16 +1074,16 @@ def test_the_plan_orders_parents_first_and_keeps_links(tmp_path: Path) -> None:
     )
 
 
+def _one_path_spec(tmp_path: Path) -> ConfineSpec:
+    """A spec of one read-only directory (made in ``tmp_path``), working in ``/tmp``."""
+    (tmp_path / "ro").mkdir()
+    return ConfineSpec(read_only=(str(tmp_path / "ro"),), workdir="/tmp/w/run", **HOST)
+
+
 def test_a_run_that_copies_a_shared_view_has_no_stage(tmp_path: Path) -> None:
     """A run copying a shared view builds none: its plan looks for no stage (a directory of
     the host's to build on), takes the shared view's mounts as found, and cannot build."""
-    (tmp_path / "ro").mkdir()
-    spec = ConfineSpec(
-        read_only=(str(tmp_path / "ro"),),
-        workdir="/tmp/w/run",
-        host_uid=HOST_ID,
-        host_gid=HOST_ID,
-    )
+    spec = _one_path_spec(tmp_path)
     shared = _shared_mounts(spec.read_only)
     plan = _plan(spec, shared)
     assert plan.stage is None
@@ -1098,13 +1098,7 @@ def test_a_template_checks_a_spec_as_its_child_would(tmp_path: Path) -> None:
     """What a template checks for its child (``check``) is the plan the child would make:
     for a run that builds its own view, staged; for one that copies the shared view (a
     root caller's), not, and only for a spec that can share one."""
-    (tmp_path / "ro").mkdir()
-    spec = ConfineSpec(
-        read_only=(str(tmp_path / "ro"),),
-        workdir="/tmp/w/run",
-        host_uid=HOST_ID,
-        host_gid=HOST_ID,
-    )
+    spec = _one_path_spec(tmp_path)
     assert check(spec) == _plan(spec)
     if shares_view(spec):
         shared = check(spec, shared=True)
@@ -1119,8 +1113,7 @@ def test_enter_refuses_a_plan_checked_for_another_kind_of_run(tmp_path: Path) ->
     """A plan for a run that builds its own view is no plan for one given the shared
     view, nor the reverse, nor one checked with other privileges: refused before anything
     changes."""
-    (tmp_path / "ro").mkdir()
-    spec = ConfineSpec(read_only=(str(tmp_path / "ro"),), workdir="/tmp/w/run", **HOST)
+    spec = _one_path_spec(tmp_path)
     own = check(spec)
     copies = replace(own, stage=None)
     for plan, view in ((own, 0), (copies, None)):
