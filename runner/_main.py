@@ -703,8 +703,10 @@ def serve(args: Arguments) -> int:
     if backend is None:
         return EXIT_USAGE
     early = args.ready_fd is not None
-    if early and not _confine_before_start(args):
-        return EXIT_NOT_CONFINED
+    if early:
+        if not _confine_before_start(args):
+            return EXIT_NOT_CONFINED
+        _own_main_thread()  # (in its walls, this is the process the program runs in)
     # Both channels' ends are made before the Start, off the run's path (the first Client
     # a runner forked from the zygote makes writes to pages it shares with it).
     runner = Runner(*args.start_fds)
@@ -718,9 +720,10 @@ def serve(args: Arguments) -> int:
     if start is None:
         return EXIT_NO_START
     client.limit_inflight(start.budget.max_inflight)
-    if not early and not _confine_after_start(args, runner, start, client):
-        return EXIT_NOT_CONFINED
-    _own_main_thread()
+    if not early:
+        if not _confine_after_start(args, runner, start, client):
+            return EXIT_NOT_CONFINED
+        _own_main_thread()
     outcome = _run_program(backend, start, client)
     _flush_stdio()
     return _report(runner, start, outcome, client, linger=args.linger)

@@ -489,6 +489,23 @@ async def test_a_child_has_exactly_the_runs_environment(level: Level) -> None:
         assert len(set(homes)) == len(homes), homes
 
 
+@pytest.mark.parametrize("level", CHILD_LEVELS)
+async def test_the_programs_main_thread_is_its_own(level: Level) -> None:
+    """:mod:`threading`, imported by the zygote, names the program's own main thread: its
+    native id is the program's thread id (the zygote's would be another process's, from
+    outside a confined run's PID namespace)."""
+    program = (
+        "import threading\n"
+        "[threading.main_thread().native_id, threading.get_native_id(),"
+        " threading.current_thread() is threading.main_thread()]"
+    )
+    result = await sandbox.run(program, level=level)
+    assert result.ok, result.error
+    native_id, thread_id, is_main = result.value
+    assert native_id == thread_id
+    assert is_main
+
+
 def _made_ahead(seconds: float = 10.0) -> list[Workspace]:
     """The workspaces made ahead for runs forked on demand, once there is one."""
     deadline = time.monotonic() + seconds
