@@ -378,6 +378,15 @@ class _Zygote:
         return self.spare_networks.pop(0) if self.spare_networks else None
 
     def _fork(self, request: ForkRequest, fds: list[int], report: socket.socket) -> None:
+        if request.mode == "warm":  # (a cold child executes with the request's own)
+            try:
+                _set_environ(request.env)  # the child's, which it inherits: see _set_environ
+            except (ValueError, OSError) as exc:  # a name or value no environment holds
+                for fd in fds:
+                    os.close(fd)
+                _send(report, Failed(f"the run's environment cannot be set: {exc}"))
+                report.close()
+                return
         confinement: _confine.Confinement | None = None
         view: int | None = None
         pid_one = False
@@ -386,8 +395,6 @@ class _Zygote:
             confinement, view, pid_one = self._prepare_confined(request)
             if pid_one:  # a root zygote's warm child (where a view can be shared too)
                 net = self._take_spare_network()
-        if request.mode == "warm":  # (a cold child executes with the request's own)
-            _set_environ(request.env)  # the child's, which it inherits: see _set_environ
         try:
             pid = self._fork_pid_one() if pid_one else os.fork()
         except OSError as exc:

@@ -38,6 +38,7 @@ from protocol import (
     REPORT_DECODER,
     VERSION,
     Exited,
+    Failed,
     Forked,
     ForkRequest,
     FrameDecoder,
@@ -142,6 +143,33 @@ class Zygote:
     control: socket.socket
     pid: int
     workdir: Path
+
+    def ask(self, env: dict[str, str]) -> Failed:
+        """Ask for a warm runner with ``env`` that cannot be had; the zygote's answer."""
+        pipes = [os.pipe() for _ in range(7)]
+        child_fds = [pipes[0][0], pipes[1][1], pipes[2][0], pipes[3][1], *(p[1] for p in pipes[4:])]
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        request = ForkRequest(mode="warm", workdir=str(self.workdir), env=env)
+        try:
+            socket.send_fds(
+                self.control, [msgspec.json.encode(request)], [*child_fds, theirs.fileno()]
+            )
+        finally:
+            for fd in child_fds:
+                os.close(fd)
+            theirs.close()
+        with ours:
+            readable(ours, "the zygote's answer")
+            data, fds, _, _ = socket.recv_fds(ours, MAX_FORK_MESSAGE, 1)
+        for fd in fds:
+            os.close(fd)
+        for r, w in pipes:
+            for fd in (r, w):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        report = decode_fork(REPORT_DECODER, data)
+        assert isinstance(report, Failed), report
+        return report
 
     def fork(self) -> Run:
         """Ask for a warm runner, without cgroups, that exits right after its Result; wait
@@ -331,3 +359,25 @@ def test_the_zygote_reads_proc_files_whole(tmp_path: Path) -> None:
     assert _session_of(os.getpid()) == os.getsid(0)
     with pytest.raises(FileNotFoundError):
         _read_proc("/proc/self/no-such-file")
+
+
+@pytest.mark.parametrize(
+    "env",
+    [{"A=B": "1"}, {"": "1"}, {"PATH": "/usr/bin\x00/bin"}, {"HOME\x00": "/"}],
+    ids=["equals-in-name", "empty-name", "nul-in-value", "nul-in-name"],
+)
+def test_an_environment_no_process_can_hold_is_refused(tmp_path: Path, env: dict[str, str]) -> None:
+    """The zygote sets a warm child's environment before the fork: one that cannot be set
+    is refused, and said why, with no child made; the zygote serves the next request."""
+    with zygote(tmp_path) as z:
+        failed = z.ask(env)
+        assert failed.error.startswith("the run's environment cannot be set:"), failed
+        run = z.fork()
+        try:
+            run.start("sorted(__import__('os').environ)")
+            result = run.result()
+            assert result.ok, result.error
+            assert msgspec.json.decode(result.value) == ["HOME", "PATH"]
+        finally:
+            run.close()
+        z.stop()
