@@ -11,7 +11,9 @@ is only data) and before the program runs, in this order, each a wall of its own
    dropped, ``no_new_privs`` set, and, on a root host, the run's own unprivileged host
    uid and gid. The runner continues as PID 1 of the new PID namespace. A root zygote
    builds the view once and forks each runner PID 1 of its namespace at birth: the runner
-   copies that view rather than building its own (:func:`shared_view`).
+   copies that view rather than building its own (:func:`shared_view`). The zygote
+   also decodes each child's request and checks its walls against the host before the
+   fork (:func:`prepare`, :meth:`Confinement.check`): the child puts them up from that.
    (Forking after the Start is what puts PID 1 in the cgroups and under the rlimits the
    host set up before sending it.)
 2. Landlock (:mod:`runner._landlock`): the same view again, enforced by the kernel's own

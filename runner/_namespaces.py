@@ -1239,7 +1239,8 @@ def enter(
     runner). Call it once, from the main thread of a single-threaded process, before any
     untrusted code runs.
 
-    A template process (the zygote) can save a run two of those steps (a root caller only):
+    A template process (the zygote) can do some of that for the run, ahead (the first three
+    for a root caller only):
 
     * ``view``: a descriptor of the mount namespace of a shared view of ``spec.read_only``
       (:func:`build_shared_view`; :func:`shares_view` says whether ``spec`` can use one),
