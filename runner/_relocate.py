@@ -240,6 +240,7 @@ def enter_view() -> None:
     (see the module docstring). Relocates first if the process has not yet: a runner the
     zygote did not fork (a cold one) does it here, for itself."""
     global _relocated, _view, _executable
+    cold = _relocated is None
     relocate()
     path, stale = _view or ([], [])
     inside = executable()[1]
@@ -255,6 +256,12 @@ def enter_view() -> None:
     if sys.prefix != sys.base_prefix:  # a virtual environment: not in the view
         sys.prefix = sys.base_prefix
         sys.exec_prefix = sys.base_exec_prefix
+    if cold:
+        # The interpreter's table of the extension modules it loaded names each by its
+        # file on the host, in a dict gc.get_objects() lists until a full collection finds
+        # nothing in it to collect and stops tracking it. The zygote collects before it
+        # forks; a runner that loaded its packages itself does it here.
+        gc.collect()
 
 
 def _forget_finders(where: Mapping[str, str]) -> None:
