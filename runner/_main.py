@@ -846,11 +846,14 @@ _REHEARSAL: Final = Start(
 
 def _confine_before_start(args: Arguments) -> bool:
     """The walls, before the Start (``--ready``); False (the host told why) if they failed."""
-    # A supervised runner's PID 1 goes to the zygote, which reports it to the host.
+    # A supervised runner's PID 1 goes to the zygote, which reports it to the host. What
+    # the walls are built from names the host's places of the runner's packages, which the
+    # view hides from the program (runner._relocate.enter_view): none of it is kept.
+    prepared, args.confinement = args.confinement, None
     failure = (
         _confine(
             args.confine,
-            prepared=args.confinement,
+            prepared=prepared,
             detach=args.supervised,
             view=args.view,
             pid_one=args.pid_one,
@@ -859,6 +862,7 @@ def _confine_before_start(args: Arguments) -> bool:
         if args.confine
         else _scope()
     )
+    del prepared
     if failure is None:
         return True
     # Nothing of the run has arrived; the host is told why.

@@ -754,11 +754,12 @@ def _warm_runner(request: ForkRequest, arguments: list[str], job: _Job) -> _main
 
     sys.argv = ["-c", *arguments]
     _main._tie_to_parent(death_signal=False)
+    confinement, job.confinement = job.confinement, None  # the runner's alone: see serve
     return _main.Arguments(
         (3, 4),
         (5, 6),
         confine=request.confine,
-        confinement=job.confinement,
+        confinement=confinement,
         ready_fd=7,
         start_timeout=request.start_timeout or None,
         supervised=True,

@@ -15,8 +15,10 @@ import os
 from pathlib import Path
 
 import anyio
+import msgspec
 import pytest
 
+import runner
 import sandbox
 from protocol import CGROUP_PREFIX, WORKDIR_PREFIX
 from sandbox import Budget, Level, Spawn, Tool
@@ -170,8 +172,9 @@ def host_pids() -> set[int]:
 async def test_a_child_sees_nothing_of_the_zygote(level: Level, spawn: Spawn) -> None:
     """While run B is under way, run A walks everything it can reach: it finds neither B's
     working directory nor any cgroup path or name of the host's, nor the pid of the host,
-    the zygote or the keeper. (At ``process`` the host is not hidden from the program, but
-    nothing of it may come from the zygote's memory either.)"""
+    the zygote or the keeper, nor (confined) where on the host the packages the view
+    places are. (At ``process`` the host is not hidden from the program, but nothing of it
+    may come from the zygote's memory either.)"""
     held = anyio.Event()
     b_started = anyio.Event()
     other: list[str] = []
@@ -217,6 +220,11 @@ async def test_a_child_sees_nothing_of_the_zygote(level: Level, spawn: Spawn) ->
                 needles[f"a working directory of the host's ({i})"] = name
             # A host path no child is given (the host's side of the library).
             needles["the host's package"] = str(Path(sandbox.__file__).parent) + os.sep
+            if level is Level.CONFINED:  # where the host has what the view places
+                for package in (runner, msgspec):
+                    needles[f"{package.__name__}'s place on the host"] = str(
+                        Path(package.__file__ or "").parent
+                    )
             a = await sandbox.run(
                 program(needles, host_pids()), level=level, budget=Budget(wall_clock=90)
             )
