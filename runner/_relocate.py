@@ -35,6 +35,7 @@ binds it there, and the README says so.
 
 from __future__ import annotations
 
+import functools
 import gc
 import os
 import sys
@@ -240,7 +241,6 @@ def enter_view() -> None:
     (see the module docstring). Relocates first if the process has not yet: a runner the
     zygote did not fork (a cold one) does it here, for itself."""
     global _relocated, _view, _executable
-    cold = _relocated is None
     relocate()
     path, stale = _view or ([], [])
     inside = executable()[1]
@@ -256,12 +256,6 @@ def enter_view() -> None:
     if sys.prefix != sys.base_prefix:  # a virtual environment: not in the view
         sys.prefix = sys.base_prefix
         sys.exec_prefix = sys.base_exec_prefix
-    if cold:
-        # The interpreter's table of the extension modules it loaded names each by its
-        # file on the host, in a dict gc.get_objects() lists until a full collection finds
-        # nothing in it to collect and stops tracking it. The zygote collects before it
-        # forks; a runner that loaded its packages itself does it here.
-        gc.collect()
 
 
 def _forget_finders(where: Mapping[str, str]) -> None:
@@ -272,6 +266,21 @@ def _forget_finders(where: Mapping[str, str]) -> None:
         del sys.path_importer_cache[key]
 
 
+def _move_value(value: object, where: Mapping[str, str]) -> object:
+    """``value`` (a path, or a list of them) with each path in ``where``'s paths under its
+    place.
+
+    A function of the module's, not one nested in :func:`_move_module`: nested, it named
+    itself through its closure, and each module moved left a cycle holding ``where``
+    (the host's paths) for the garbage collector, which a runner that relocates itself
+    (a cold one) never runs before its program, whose ``gc.get_objects()`` listed them."""
+    if isinstance(value, str):
+        return _moved(value, where) or value
+    if isinstance(value, list):
+        return [_move_value(item, where) for item in value]
+    return value
+
+
 def _move_module(module: types.ModuleType, where: Mapping[str, str]) -> None:
     """Name ``module``'s file, and its spec's and loader's, by its place, if it was loaded
     from one of ``where``'s paths; its loader then reads the host's file while
@@ -280,13 +289,7 @@ def _move_module(module: types.ModuleType, where: Mapping[str, str]) -> None:
     new_origin = _moved(origin, where) if isinstance(origin, str) else None
     if new_origin is None:
         return
-
-    def move(value: object) -> object:
-        if isinstance(value, str):
-            return _moved(value, where) or value
-        if isinstance(value, list):
-            return [move(item) for item in value]
-        return value
+    move = functools.partial(_move_value, where=where)
 
     def cached(value: object) -> object:  # beside a module's file, not within its place
         return cache_from_source(new_origin) if isinstance(value, str) else value

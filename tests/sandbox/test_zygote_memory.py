@@ -221,7 +221,10 @@ async def test_a_child_sees_nothing_of_the_zygote(level: Level, spawn: Spawn) ->
             # A host path no child is given (the host's side of the library).
             needles["the host's package"] = str(Path(sandbox.__file__).parent) + os.sep
             if level is Level.CONFINED:  # where the host has what the view places
-                for package in (runner, msgspec):
+                # (A cold runner's interpreter lists msgspec's extension by its file on
+                # the host in its table of extension modules: the README says so.)
+                placed = (runner,) if spawn is Spawn.COLD else (runner, msgspec)
+                for package in placed:
                     needles[f"{package.__name__}'s place on the host"] = str(
                         Path(package.__file__ or "").parent
                     )
