@@ -144,12 +144,11 @@ class Zygote:
     pid: int
     workdir: Path
 
-    def ask(self, env: dict[str, str]) -> Failed:
-        """Ask for a warm runner with ``env`` that cannot be had; the zygote's answer."""
-        pipes = [os.pipe() for _ in range(7)]
-        child_fds = [pipes[0][0], pipes[1][1], pipes[2][0], pipes[3][1], *(p[1] for p in pipes[4:])]
+    def send(self, request: ForkRequest, child_fds: list[int]) -> socket.socket:
+        """Send ``request`` with the child's ends of its pipes (closed here, sent or not)
+        and a report socket's; the host's end of the report socket."""
+        assert len(child_fds) + 1 == len(FD_NAMES)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        request = ForkRequest(mode="warm", workdir=str(self.workdir), env=env)
         try:
             socket.send_fds(
                 self.control, [msgspec.json.encode(request)], [*child_fds, theirs.fileno()]
@@ -158,7 +157,14 @@ class Zygote:
             for fd in child_fds:
                 os.close(fd)
             theirs.close()
-        with ours:
+        return ours
+
+    def ask(self, env: dict[str, str]) -> Failed:
+        """Ask for a warm runner with ``env`` that cannot be had; the zygote's answer."""
+        pipes = [os.pipe() for _ in range(7)]
+        child_fds = [pipes[0][0], pipes[1][1], pipes[2][0], pipes[3][1], *(p[1] for p in pipes[4:])]
+        request = ForkRequest(mode="warm", workdir=str(self.workdir), env=env)
+        with self.send(request, child_fds) as ours:
             readable(ours, "the zygote's answer")
             data, fds, _, _ = socket.recv_fds(ours, MAX_FORK_MESSAGE, 1)
         for fd in fds:
@@ -175,9 +181,7 @@ class Zygote:
         """Ask for a warm runner, without cgroups, that exits right after its Result; wait
         until it is ready for its Start."""
         start, result, call, answer, out, err, ready = (os.pipe() for _ in range(7))
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         child_fds = [start[0], result[1], call[0], answer[1], out[1], err[1], ready[1]]
-        assert len(child_fds) + 1 == len(FD_NAMES)
         workdir = self.workdir / uuid.uuid4().hex
         workdir.mkdir()
         request = ForkRequest(
@@ -187,14 +191,7 @@ class Zygote:
             start_timeout=WAIT,
             linger=False,
         )
-        try:
-            socket.send_fds(
-                self.control, [msgspec.json.encode(request)], [*child_fds, theirs.fileno()]
-            )
-        finally:
-            for fd in child_fds:
-                os.close(fd)
-            theirs.close()
+        ours = self.send(request, child_fds)
         run = Run(0, start[1], result[0], out[0], ours, [call[1], answer[0], err[0], ready[0]])
         try:
             readable(ours, "report of the fork")
