@@ -862,7 +862,6 @@ def _confine_before_start(args: Arguments) -> bool:
         if args.confine
         else _scope()
     )
-    del prepared
     if failure is None:
         return True
     # Nothing of the run has arrived; the host is told why.

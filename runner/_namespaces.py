@@ -600,7 +600,7 @@ def _plan(spec: ConfineSpec, shared: dict[str, _Mount] | None = None) -> _Plan:
     )
 
 
-def check(spec: ConfineSpec, *, shared: bool = False) -> _Plan:
+def check(spec: ConfineSpec, *, shared: bool = False) -> Plan:
     """Check ``spec`` against the host, for a run that copies the shared view (``shared``)
     or builds its own; nothing is changed. A template process (the zygote) checks it for
     the child it forks, which is then given the plan (:func:`enter`'s ``plan``): checked
@@ -1226,7 +1226,7 @@ def enter(
     view: int | None = None,
     pid_one: bool = False,
     net: int | None = None,
-    plan: _Plan | None = None,
+    plan: Plan | None = None,
 ) -> None:
     """Confine the calling process: namespaces, the view, the identity; return as PID 1.
 

@@ -34,8 +34,12 @@ from protocol import (
     StartBudget,
     Starter,
 )
+from sandbox._children import _uid
 
 ROOT = Path(__file__).resolve().parents[2]
+#: Host ids for specs checked in this process: a root caller must name some (nothing is
+#: changed, so none is leased); an unprivileged one names none.
+HOST_ID = _uid.FIRST if os.geteuid() == 0 else None
 #: The directory msgspec is installed in (with -S, site-packages is not on the path).
 MSGSPEC_DIR = str(Path(msgspec.__file__).resolve().parents[1])
 BOOTSTRAP = (

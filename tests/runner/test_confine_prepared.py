@@ -3,7 +3,6 @@ from the request itself (:func:`runner._confine.prepare`); neither way is a wall
 
 from __future__ import annotations
 
-import os
 import sys
 
 import msgspec
@@ -11,10 +10,8 @@ import pytest
 
 from protocol import ConfineRequest
 from runner import _confine, _main, _namespaces
-from sandbox._children import _uid
 
-#: The program's host ids a root caller must name (an unprivileged one names none).
-HOST_ID = _uid.FIRST if os.geteuid() == 0 else None
+from .helpers import HOST_ID
 
 
 def _request_json(workdir: str = "/tmp/sandbox-run") -> str:

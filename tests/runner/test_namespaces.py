@@ -52,6 +52,8 @@ from sandbox._children import _uid
 from tests.helpers import LOOPBACK_PROBE
 from tests.host import skip_because_host_cannot
 
+from .helpers import HOST_ID
+
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="namespaces are Linux's"
 )
@@ -980,9 +982,6 @@ def test_the_hostname_is_the_specs_and_the_hosts_is_unchanged(box: Box) -> None:
 # --- the spec, checked in this process ------------------------------------------------
 
 
-#: Host ids for specs checked in this process: a root caller must name some (nothing is
-#: changed, so none is leased).
-HOST_ID = _uid.FIRST if os.geteuid() == 0 else None
 HOST: dict[str, Any] = {"host_uid": HOST_ID, "host_gid": HOST_ID}
 
 
